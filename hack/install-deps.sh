@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# install-deps.sh: apt-installs every package tierfs builds, tests and demos with.
+# Idempotent: packages already installed are skipped, and apt is not touched
+# at all when nothing is missing. Needs root (or sudo) on Debian 12.
+set -euo pipefail
+
+PACKAGES=(
+	# build
+	build-essential pkg-config
+	libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+	libcurl4-openssl-dev libssl-dev libfuse3-dev fuse3
+	libsqlite3-dev sqlite3 libexpat1-dev libcmocka-dev
+	# tests, demo and benchmarks
+	python3 python3-pytest python3-grpcio python3-boto3 fio
+	# the local S3: OpenStack Swift with s3api, plus memcached
+	swift swift-proxy swift-account swift-container swift-object memcached
+	# peers for interop tests and benchmarks
+	s3fs rclone
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+		missing+=("$p")
+	fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "install-deps: all ${#PACKAGES[@]} packages present"
+	exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+# Debian's swift packages start their services on install where an init
+# system runs; tierfs runs its own Swift (hack/s3-local.sh), so keep them off.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+	$SUDO chmod 755 "$policy"
+	created_policy=1
+fi
+trap '[ $created_policy -eq 1 ] && $SUDO rm -f "$policy"' EXIT
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
