@@ -1,0 +1,229 @@
+/* transfer.c: large uploads and downloads, split into parts sent in parallel.
+ *
+ * A transfer is a list of equal parts (the last one shorter) handed out to
+ * cfg.parallel worker threads through an atomic counter. The first failure
+ * stops the hand-out; parts already in flight finish or fail on their own.
+ * Uploads then abort the multipart upload, so S3 never shows a partial
+ * object. Downloads pin every range to the ETag seen first (If-Match), so a
+ * file is never stitched together from two versions of an object. Memory is
+ * bounded by the curl buffers of the workers: bodies go straight between
+ * the fd and the socket.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "s3.h"
+
+struct xfer {
+	s3_client *c;
+	const char *bucket;
+	const char *key;
+	int fd;
+	uint64_t off;  /* first byte of the object range (download) */
+	off_t fd_off;  /* where that range starts in fd */
+	uint64_t len;  /* bytes in all */
+	uint64_t part; /* part size */
+	unsigned nparts;
+	const char *upload_id; /* upload: the multipart upload */
+	struct s3_part *parts; /* upload: nparts ETags, written by workers */
+	const char *if_match;  /* download: the pinned ETag */
+
+	atomic_uint next;
+	atomic_int failed;
+	pthread_mutex_t lock;
+	int rc;		     /* protected by lock: the first failure */
+	struct s3_error err; /* protected by lock */
+};
+
+static void xfer_fail(struct xfer *x, int rc, const struct s3_error *e)
+{
+	pthread_mutex_lock(&x->lock);
+	if (x->rc == 0) {
+		x->rc = rc;
+		x->err = *e;
+	}
+	pthread_mutex_unlock(&x->lock);
+	atomic_store(&x->failed, 1);
+}
+
+static uint64_t part_len(const struct xfer *x, unsigned i)
+{
+	uint64_t start = (uint64_t)i * x->part;
+	return x->len - start < x->part ? x->len - start : x->part;
+}
+
+static void *upload_worker(void *arg)
+{
+	struct xfer *x = arg;
+	for (;;) {
+		unsigned i = atomic_fetch_add(&x->next, 1);
+		if (i >= x->nparts || atomic_load(&x->failed))
+			break;
+		struct s3_error e = {0};
+		uint64_t start = (uint64_t)i * x->part;
+		x->parts[i].number = i + 1;
+		int rc = s3_mpu_upload_part_fd(
+			x->c, x->bucket, x->key, x->upload_id, i + 1, x->fd,
+			x->fd_off + (off_t)start, part_len(x, i),
+			x->parts[i].etag, &e);
+		if (rc)
+			xfer_fail(x, rc, &e);
+	}
+	return NULL;
+}
+
+static void *download_worker(void *arg)
+{
+	struct xfer *x = arg;
+	for (;;) {
+		unsigned i = atomic_fetch_add(&x->next, 1);
+		if (i >= x->nparts || atomic_load(&x->failed))
+			break;
+		struct s3_error e = {0};
+		uint64_t start = (uint64_t)i * x->part;
+		uint64_t n = part_len(x, i);
+		ssize_t got = s3_get_fd(x->c, x->bucket, x->key, x->off + start,
+					n, x->fd, x->fd_off + (off_t)start,
+					x->if_match, NULL, &e);
+		if (got >= 0 && (uint64_t)got != n) {
+			snprintf(e.message, sizeof(e.message),
+				 "range at %llu: got %zd of %llu bytes",
+				 (unsigned long long)(x->off + start), got,
+				 (unsigned long long)n);
+			got = -EIO;
+		}
+		if (got < 0)
+			xfer_fail(x, (int)got, &e);
+	}
+	return NULL;
+}
+
+/* Runs fn on min(parallel, nparts) threads, the caller's among them. */
+static int xfer_run(struct xfer *x, void *(*fn)(void *), struct s3_error *err)
+{
+	unsigned n = s3_client_config(x->c)->parallel;
+	if (n > x->nparts)
+		n = x->nparts;
+	pthread_t *tids = calloc(n, sizeof(*tids));
+	unsigned started = 0;
+	if (tids)
+		for (; started + 1 < n; started++)
+			if (pthread_create(&tids[started], NULL, fn, x) != 0)
+				break;
+	fn(x);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	free(tids);
+	if (err && x->rc)
+		*err = x->err;
+	return x->rc;
+}
+
+static void xfer_init(struct xfer *x, s3_client *c, const char *bucket,
+		      const char *key, int fd, uint64_t len)
+{
+	const struct s3_config *cfg = s3_client_config(c);
+	memset(x, 0, sizeof(*x));
+	x->c = c;
+	x->bucket = bucket;
+	x->key = key;
+	x->fd = fd;
+	x->len = len;
+	x->part = cfg->part_size;
+	/* grow parts (in MiB steps) until they fit the part-count limit */
+	while ((len + x->part - 1) / x->part > cfg->max_parts)
+		x->part += 1u << 20;
+	x->nparts = len ? (unsigned)((len + x->part - 1) / x->part) : 0;
+	atomic_init(&x->next, 0);
+	atomic_init(&x->failed, 0);
+	pthread_mutex_init(&x->lock, NULL);
+}
+
+int s3_upload_fd(s3_client *c, const char *bucket, const char *key, int fd,
+		 off_t off, uint64_t len, const struct s3_put_opts *opts,
+		 char *etag_out, struct s3_error *err)
+{
+	if (len <= s3_client_config(c)->multipart_threshold)
+		return s3_put_fd(c, bucket, key, fd, off, len, opts, etag_out,
+				 err);
+	struct xfer x;
+	char *upload_id = NULL;
+	xfer_init(&x, c, bucket, key, fd, len);
+	x.fd_off = off;
+	int rc = s3_mpu_create(c, bucket, key, opts, &upload_id, err);
+	if (rc)
+		goto out;
+	x.upload_id = upload_id;
+	x.parts = calloc(x.nparts, sizeof(*x.parts));
+	rc = x.parts ? xfer_run(&x, upload_worker, err) : -ENOMEM;
+	if (rc == 0)
+		rc = s3_mpu_complete(c, bucket, key, upload_id, x.parts,
+				     x.nparts, etag_out, err);
+	if (rc) /* best effort: leave no orphaned upload behind */
+		s3_mpu_abort(c, bucket, key, upload_id, NULL);
+out:
+	free(x.parts);
+	free(upload_id);
+	pthread_mutex_destroy(&x.lock);
+	return rc;
+}
+
+ssize_t s3_get_parallel(s3_client *c, const char *bucket, const char *key,
+			uint64_t off, uint64_t len, int fd, off_t fd_off,
+			const char *if_match, struct s3_error *err)
+{
+	struct xfer x;
+	if (len == 0)
+		return 0;
+	xfer_init(&x, c, bucket, key, fd, len);
+	if (x.nparts == 1) {
+		pthread_mutex_destroy(&x.lock);
+		return s3_get_fd(c, bucket, key, off, len, fd, fd_off, if_match,
+				 NULL, err);
+	}
+	x.off = off;
+	x.fd_off = fd_off;
+	x.if_match = if_match;
+	int rc = xfer_run(&x, download_worker, err);
+	pthread_mutex_destroy(&x.lock);
+	return rc ? rc : (ssize_t)len;
+}
+
+int s3_download_fd(s3_client *c, const char *bucket, const char *key, int fd,
+		   struct s3_object_info *info, struct s3_error *err)
+{
+	struct s3_object_info first;
+	uint64_t part = s3_client_config(c)->part_size;
+	/* The first part's response tells the size and ETag: no HEAD needed. */
+	ssize_t got =
+		s3_get_fd(c, bucket, key, 0, part, fd, 0, NULL, &first, err);
+	if (got == -ERANGE) { /* an empty object has no byte 0 */
+		got = s3_head_object(c, bucket, key, &first, err);
+		if (got == 0 && first.size != 0) {
+			s3_object_info_free(&first);
+			return -ESTALE; /* it changed under us */
+		}
+	}
+	if (got < 0)
+		return (int)got;
+	int rc = 0;
+	if (ftruncate(fd, (off_t)first.size) != 0)
+		rc = -errno;
+	if (rc == 0 && first.size > (uint64_t)got) {
+		ssize_t n = s3_get_parallel(c, bucket, key, (uint64_t)got,
+					    first.size - (uint64_t)got, fd,
+					    (off_t)got, first.etag, err);
+		if (n < 0)
+			rc = (int)n;
+	}
+	if (rc == 0 && info)
+		*info = first;
+	else
+		s3_object_info_free(&first);
+	return rc;
+}
