@@ -481,9 +481,51 @@ static void test_set_copies_and_drops_empty_token(void **state)
 #define FILE_TEST(fn)                                                          \
 	cmocka_unit_test_setup_teardown(fn, tmpdir_setup, tmpdir_teardown)
 
+static void test_ini_reads_only_the_selected_profile(void **state)
+{
+	struct fixture *f = *state;
+	struct s3_credentials c;
+	const char *text = "[default]\naws_access_key_id = DEFKEY\n"
+			   "aws_secret_access_key = DEFSECRET\n"
+			   "[profile prod]\naws_access_key_id = PRODKEY\n"
+			   "aws_secret_access_key = PRODSECRET\n";
+	unsetenv("AWS_PROFILE");
+	load_ok(f, text, &c);
+	assert_string_equal(c.access_key, "DEFKEY");
+	assert_string_equal(c.secret_key, "DEFSECRET");
+	s3_credentials_free(&c);
+
+	setenv("AWS_PROFILE", "prod", 1);
+	load_ok(f, text, &c);
+	assert_string_equal(c.access_key, "PRODKEY");
+	assert_string_equal(c.secret_key, "PRODSECRET");
+	s3_credentials_free(&c);
+	unsetenv("AWS_PROFILE");
+}
+
+static void test_fifo_is_refused_without_blocking(void **state)
+{
+	struct fixture *f = *state;
+	struct s3_credentials c = {0};
+	char why[512] = "";
+	snprintf(f->path, sizeof(f->path), "%s/fifo", f->dir);
+	assert_int_equal(mkfifo(f->path, 0600), 0);
+	/* with no writer, a blocking open would hang this test forever */
+	assert_int_equal(
+		s3_credentials_from_file(f->path, &c, why, sizeof(why)),
+		-EINVAL);
+	assert_non_null(strstr(why, "regular file"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(
+			test_ini_reads_only_the_selected_profile, tmpdir_setup,
+			tmpdir_teardown),
+		cmocka_unit_test_setup_teardown(
+			test_fifo_is_refused_without_blocking, tmpdir_setup,
+			tmpdir_teardown),
 		FILE_TEST(test_aws_ini_format_is_read),
 		FILE_TEST(test_aws_ini_session_token_and_other_settings),
 		FILE_TEST(test_csi_secret_style_is_read),
