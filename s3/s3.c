@@ -268,28 +268,12 @@ int s3_client_create(const struct s3_config *cfg,
 
 	int https = strcmp(c->scheme, "https") == 0;
 	int aws = strstr(c->hostport, "amazonaws.com") != NULL;
-	switch (cfg->addressing) {
-	case S3_ADDRESSING_PATH:
-		c->path_style = 1;
-		break;
-	case S3_ADDRESSING_VIRTUAL:
-		c->path_style = 0;
-		break;
-	case S3_ADDRESSING_AUTO:
-		c->path_style = !aws;
-		break;
-	}
-	switch (cfg->payload_signing) {
-	case S3_PAYLOAD_SIGNED:
-		c->sign_payload = 1;
-		break;
-	case S3_PAYLOAD_UNSIGNED:
-		c->sign_payload = 0;
-		break;
-	case S3_PAYLOAD_AUTO:
-		c->sign_payload = !https;
-		break;
-	}
+	c->path_style = cfg->addressing == S3_ADDRESSING_AUTO
+				? !aws
+				: cfg->addressing == S3_ADDRESSING_PATH;
+	c->sign_payload = cfg->payload_signing == S3_PAYLOAD_AUTO
+				  ? !https
+				  : cfg->payload_signing == S3_PAYLOAD_SIGNED;
 
 	if (creds) {
 		rc = s3_credentials_set(&c->creds, creds->access_key,

@@ -57,55 +57,61 @@ static uint64_t part_len(const struct xfer *x, unsigned i)
 	return x->len - start < x->part ? x->len - start : x->part;
 }
 
-static void *upload_worker(void *arg)
+typedef int (*part_fn)(struct xfer *x, unsigned i, struct s3_error *e);
+
+static int upload_part(struct xfer *x, unsigned i, struct s3_error *e)
 {
-	struct xfer *x = arg;
+	x->parts[i].number = i + 1;
+	return s3_mpu_upload_part_fd(x->c, x->bucket, x->key, x->upload_id,
+				     i + 1, x->fd,
+				     x->fd_off + (off_t)((uint64_t)i * x->part),
+				     part_len(x, i), x->parts[i].etag, e);
+}
+
+static int download_part(struct xfer *x, unsigned i, struct s3_error *e)
+{
+	uint64_t start = (uint64_t)i * x->part;
+	uint64_t n = part_len(x, i);
+	ssize_t got =
+		s3_get_fd(x->c, x->bucket, x->key, x->off + start, n, x->fd,
+			  x->fd_off + (off_t)start, x->if_match, NULL, e);
+	if (got >= 0 && (uint64_t)got != n) {
+		snprintf(e->message, sizeof(e->message),
+			 "range at %llu: got %zd of %llu bytes",
+			 (unsigned long long)(x->off + start), got,
+			 (unsigned long long)n);
+		got = -EIO;
+	}
+	return got < 0 ? (int)got : 0;
+}
+
+struct worker {
+	struct xfer *x;
+	part_fn fn;
+};
+
+/* Takes parts off the shared counter until none are left or one failed. */
+static void *worker_main(void *arg)
+{
+	const struct worker *w = arg;
+	struct xfer *x = w->x;
 	for (;;) {
 		unsigned i = atomic_fetch_add(&x->next, 1);
 		if (i >= x->nparts || atomic_load(&x->failed))
 			break;
 		struct s3_error e = {0};
-		uint64_t start = (uint64_t)i * x->part;
-		x->parts[i].number = i + 1;
-		int rc = s3_mpu_upload_part_fd(
-			x->c, x->bucket, x->key, x->upload_id, i + 1, x->fd,
-			x->fd_off + (off_t)start, part_len(x, i),
-			x->parts[i].etag, &e);
+		int rc = w->fn(x, i, &e);
 		if (rc)
 			xfer_fail(x, rc, &e);
 	}
 	return NULL;
 }
 
-static void *download_worker(void *arg)
+/* Runs fn on every part, on min(parallel, nparts) threads, the caller's
+ * among them. */
+static int xfer_run(struct xfer *x, part_fn fn, struct s3_error *err)
 {
-	struct xfer *x = arg;
-	for (;;) {
-		unsigned i = atomic_fetch_add(&x->next, 1);
-		if (i >= x->nparts || atomic_load(&x->failed))
-			break;
-		struct s3_error e = {0};
-		uint64_t start = (uint64_t)i * x->part;
-		uint64_t n = part_len(x, i);
-		ssize_t got = s3_get_fd(x->c, x->bucket, x->key, x->off + start,
-					n, x->fd, x->fd_off + (off_t)start,
-					x->if_match, NULL, &e);
-		if (got >= 0 && (uint64_t)got != n) {
-			snprintf(e.message, sizeof(e.message),
-				 "range at %llu: got %zd of %llu bytes",
-				 (unsigned long long)(x->off + start), got,
-				 (unsigned long long)n);
-			got = -EIO;
-		}
-		if (got < 0)
-			xfer_fail(x, (int)got, &e);
-	}
-	return NULL;
-}
-
-/* Runs fn on min(parallel, nparts) threads, the caller's among them. */
-static int xfer_run(struct xfer *x, void *(*fn)(void *), struct s3_error *err)
-{
+	struct worker w = {x, fn};
 	unsigned n = s3_client_config(x->c)->parallel;
 	if (n > x->nparts)
 		n = x->nparts;
@@ -113,9 +119,10 @@ static int xfer_run(struct xfer *x, void *(*fn)(void *), struct s3_error *err)
 	unsigned started = 0;
 	if (tids)
 		for (; started + 1 < n; started++)
-			if (pthread_create(&tids[started], NULL, fn, x) != 0)
+			if (pthread_create(&tids[started], NULL, worker_main,
+					   &w) != 0)
 				break;
-	fn(x);
+	worker_main(&w);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(tids[i], NULL);
 	free(tids);
@@ -160,7 +167,7 @@ int s3_upload_fd(s3_client *c, const char *bucket, const char *key, int fd,
 		goto out;
 	x.upload_id = upload_id;
 	x.parts = calloc(x.nparts, sizeof(*x.parts));
-	rc = x.parts ? xfer_run(&x, upload_worker, err) : -ENOMEM;
+	rc = x.parts ? xfer_run(&x, upload_part, err) : -ENOMEM;
 	if (rc == 0)
 		rc = s3_mpu_complete(c, bucket, key, upload_id, x.parts,
 				     x.nparts, etag_out, err);
@@ -189,7 +196,7 @@ ssize_t s3_get_parallel(s3_client *c, const char *bucket, const char *key,
 	x.off = off;
 	x.fd_off = fd_off;
 	x.if_match = if_match;
-	int rc = xfer_run(&x, download_worker, err);
+	int rc = xfer_run(&x, download_part, err);
 	pthread_mutex_destroy(&x.lock);
 	return rc ? rc : (ssize_t)len;
 }
