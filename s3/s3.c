@@ -785,14 +785,30 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static enum retry_transport classify_curl(CURLcode cc)
+/* A TLS handshake failure is worth retrying only when the network broke
+ * it (a reset, an early EOF); a protocol mismatch such as https:// to a
+ * plain-http port fails the same way every time. */
+static enum retry_transport classify_tls(const char *errbuf)
+{
+	static const char *const transient[] = {
+		"reset", "SSL_ERROR_SYSCALL", "unexpected eof", "timed out",
+		"Connection refused", "Broken pipe",
+	};
+	for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
+		if (strcasestr(errbuf, transient[i]))
+			return RETRY_T_CONNECT;
+	return RETRY_T_FATAL;
+}
+
+static enum retry_transport classify_curl(CURLcode cc, const char *errbuf)
 {
 	switch (cc) {
 	case CURLE_OK:
 		return RETRY_T_NONE;
+	case CURLE_SSL_CONNECT_ERROR:
+		return classify_tls(errbuf);
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_COULDNT_CONNECT:
-	case CURLE_SSL_CONNECT_ERROR:
 		return RETRY_T_CONNECT;
 	case CURLE_OPERATION_TIMEDOUT:
 		return RETRY_T_TIMEOUT;
@@ -1115,7 +1131,7 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 			goto done;
 		err.attempts = attempt;
 
-		enum retry_transport t = classify_curl(cc);
+		enum retry_transport t = classify_curl(cc, errbuf);
 		if (r->sink_err) {
 			/* our side failed (disk full, buffer too small) */
 			rc = r->sink_err;

@@ -20,6 +20,25 @@ From a shell:
     /usr/bin/python3 tests/faultproxy.py --upstream http://127.0.0.1:8780 \
         --port 8781 --rule '503:PUT:/bucket/key:2' --rule 'delay:300:GET::1'
 
+TLS: with tls_cert (a PEM server certificate, chain allowed) and tls_key
+(its PEM private key; may be omitted when tls_cert holds the key too), or a
+ready ssl.SSLContext as tls_context, the proxy serves HTTPS (p.url is
+https://HOST:PORT) and still forwards to the upstream as given (plain http
+is fine). Host and every other header are forwarded unchanged. Each
+accepted connection adds a dict to p.tls_log: whether its handshake
+succeeded and, when it failed, why (e.g. the client's "unknown ca" alert),
+so a test can count the connections that a client that refuses the
+certificate opened:
+
+    p = FaultProxy("http://127.0.0.1:8780", tls_cert="srv.pem", tls_key="srv.key")
+    p.start()                       # p.url == "https://127.0.0.1:PORT"
+    p.tls_handshakes(ok=False)      # the failed handshakes
+    p.add_tls_reset(2)              # RST the next 2 connections mid-handshake
+                                    # (after the ClientHello): a transient failure
+
+    /usr/bin/python3 tests/faultproxy.py --upstream http://127.0.0.1:8780 \
+        --tls-cert srv.pem --tls-key srv.key
+
 A rule is ACTION[:ARG]:METHOD:PATH:COUNT, where METHOD and PATH may be
 empty (any), PATH is a substring of the request target (path and query as
 received) or, prefixed with "re:", a regular expression searched in it, and
@@ -48,8 +67,10 @@ import hashlib
 import http.client
 import json
 import re
+import select
 import socket
 import socketserver
+import ssl
 import struct
 import sys
 import threading
@@ -156,18 +177,80 @@ class _Handler(socketserver.BaseRequestHandler):
         self.sock = self.request
         self.sock.settimeout(self.proxy.idle_timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.rfile = self.sock.makefile("rb")
+        self.rfile = None
         self.alive = True
         self.proxy._track(self.sock, True)
+        if self.proxy._tls_context is not None:
+            self.alive = self._tls_handshake()
+        if self.alive:
+            self.rfile = self.sock.makefile("rb")
+
+    def _tls_handshake(self):
+        """Wraps the connection in TLS (server side); False when the handshake failed."""
+        entry = {"time": time.time(), "peer": "%s:%s" % self.client_address[:2],
+                 "ok": False, "error": None, "version": None, "cipher": None,
+                 "sni": None}
+        raw = self.sock
+        try:
+            tls = self.proxy._tls_context.wrap_socket(
+                raw, server_side=True, do_handshake_on_connect=False)
+        except OSError as e:
+            entry["error"] = f"{type(e).__name__}: {e}"
+            self.proxy._record_tls(entry)
+            return False
+        # raw is detached now: stop() must shut down the TLS socket instead
+        self.proxy._track(raw, False)
+        self.sock = tls
+        self.proxy._track(tls, True)
+        tls.settimeout(self.proxy.tls_handshake_timeout)
+        if self.proxy._take_tls_reset():
+            # wait for the ClientHello, then RST before answering it
+            try:
+                select.select([tls], [], [], self.proxy.tls_handshake_timeout)
+            except (OSError, ValueError):
+                pass
+            entry["error"] = "reset by faultproxy (tls reset)"
+            entry["action"] = "tls_reset"
+            self.proxy._record_tls(entry)
+            self._reset()
+            return False
+        try:
+            tls.do_handshake()
+        except (OSError, ValueError) as e:
+            reason = getattr(e, "reason", None)
+            entry["error"] = (f"{type(e).__name__}: {reason or e}")
+            entry["reason"] = reason
+            self.proxy._record_tls(entry)
+            return False
+        tls.settimeout(self.proxy.idle_timeout)
+        entry.update(ok=True, version=tls.version(),
+                     cipher=(tls.cipher() or (None,))[0],
+                     sni=getattr(tls, "server_hostname", None))
+        self.proxy._record_tls(entry)
+        return True
 
     def finish(self):
         self.proxy._track(self.sock, False)
         try:
-            self.rfile.close()
+            if self.rfile is not None:
+                self.rfile.close()
         except OSError:
             pass
+        if self.sock is not self.request:
+            # TLS: the server's shutdown_request() only sees the detached
+            # plain socket, so the TLS one is closed here
+            try:
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            try:
+                self.sock.close()
+            except OSError:
+                pass
 
     def handle(self):
+        if not self.alive:
+            return
         try:
             while self.alive and self._one_request():
                 pass
@@ -379,7 +462,8 @@ class _Handler(socketserver.BaseRequestHandler):
             pass
         self.proxy._track(self.sock, False)
         # the fd only closes once the makefile() reader is gone too
-        self.rfile.close()
+        if self.rfile is not None:
+            self.rfile.close()
         self.sock.close()
 
 
@@ -398,7 +482,9 @@ class FaultProxy:
     """A fault-injecting reverse proxy to `upstream`, serving in background threads."""
 
     def __init__(self, upstream, host="127.0.0.1", port=0, rules=None,
-                 on_request=None, idle_timeout=300.0, upstream_timeout=120.0):
+                 on_request=None, idle_timeout=300.0, upstream_timeout=120.0,
+                 tls_cert=None, tls_key=None, tls_context=None,
+                 tls_handshake_timeout=10.0, on_tls=None):
         self._upstream = urllib.parse.urlsplit(upstream)
         if self._upstream.scheme not in ("http", "https") or not self._upstream.hostname:
             raise ValueError(f"upstream {upstream!r}: expected http(s)://HOST[:PORT]")
@@ -410,6 +496,18 @@ class FaultProxy:
         self.on_request = on_request
         self.rules = list(rules or [])
         self.log = []
+        self.tls_log = []
+        self.on_tls = on_tls
+        self.tls_handshake_timeout = tls_handshake_timeout
+        if tls_key and not tls_cert:
+            raise ValueError("tls_key without tls_cert")
+        if tls_context is not None and tls_cert:
+            raise ValueError("give tls_context or tls_cert/tls_key, not both")
+        if tls_cert:
+            tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls_context.load_cert_chain(tls_cert, tls_key)
+        self._tls_context = tls_context
+        self._tls_resets = 0
         self._lock = threading.Lock()
         self._conns = set()
         self._server = None
@@ -448,8 +546,14 @@ class FaultProxy:
         self.stop()
 
     @property
+    def tls(self):
+        """True when the proxy serves HTTPS."""
+        return self._tls_context is not None
+
+    @property
     def url(self):
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     # --- fault plan ----------------------------------------------------------
 
@@ -494,6 +598,38 @@ class FaultProxy:
     def clear_log(self):
         with self._lock:
             self.log.clear()
+            self.tls_log.clear()
+
+    # --- TLS handshake log (HTTPS proxies only) -------------------------------
+
+    def _record_tls(self, entry):
+        with self._lock:
+            entry["seq"] = len(self.tls_log)
+            self.tls_log.append(entry)
+        if self.on_tls:
+            self.on_tls(entry)
+
+    def add_tls_reset(self, count=1):
+        """RSTs the next `count` accepted connections after their ClientHello, before
+        any answer (a TLS handshake cut by the network: transient)."""
+        if not self.tls:
+            raise ValueError("add_tls_reset: the proxy does not serve TLS")
+        with self._lock:
+            self._tls_resets += count
+
+    def _take_tls_reset(self):
+        with self._lock:
+            if self._tls_resets > 0:
+                self._tls_resets -= 1
+                return True
+        return False
+
+    def tls_handshakes(self, ok=None):
+        """The TLS log entries (a snapshot), one per accepted connection; ok=True/False
+        keeps only the handshakes that succeeded / failed."""
+        with self._lock:
+            entries = list(self.tls_log)
+        return [e for e in entries if ok is None or e["ok"] == ok]
 
     def _track(self, sock, add):
         with self._lock:
@@ -516,7 +652,13 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="log requests as JSON lines")
     ap.add_argument("--show-authorization", action="store_true",
                     help="include the Authorization header in the printed log")
+    ap.add_argument("--tls-cert", metavar="PEM",
+                    help="serve HTTPS with this server certificate (chain)")
+    ap.add_argument("--tls-key", metavar="PEM",
+                    help="the private key of --tls-cert (default: in the same file)")
     args = ap.parse_args(argv)
+    if args.tls_key and not args.tls_cert:
+        ap.error("--tls-key needs --tls-cert")
     try:
         rules = [parse_rule(r) for r in args.rule]
     except ValueError as e:
@@ -533,8 +675,17 @@ def main(argv=None):
                   f"token={'y' if e['has_security_token'] else 'n'} -> {e['action']}",
                   flush=True)
 
+    def show_tls(e):
+        if e["ok"]:
+            return
+        if args.json:
+            print(json.dumps(dict(e, tls=True)), flush=True)
+        else:
+            print(f"  tls {e['peer']}: handshake failed: {e['error']}", flush=True)
+
     p = FaultProxy(args.upstream, host=args.host, port=args.port, rules=rules,
-                   on_request=show)
+                   on_request=show, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                   on_tls=show_tls)
     p.start()
     print(f"faultproxy: {p.url} -> {args.upstream}; {len(rules)} rule(s)", flush=True)
     try:
