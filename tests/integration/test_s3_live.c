@@ -811,6 +811,44 @@ static void test_bad_endpoint_and_key_are_rejected_up_front(void **state)
 	assert_non_null(strstr(e.message, "key"));
 }
 
+static void test_virtual_hosted_style_round_trips(void **state)
+{
+	/* BUCKET.localhost:PORT: the local S3 serves storage_domain
+	 * localhost, and curl resolves *.localhost to loopback. */
+	struct s3_config cfg = E(state)->cfg;
+	struct s3_error e;
+	s3_client *c;
+	char endpoint[128], key[256], got[64];
+	const char *port = strrchr(cfg.endpoint, ':');
+	assert_non_null(port);
+	snprintf(endpoint, sizeof(endpoint), "http://localhost%s", port);
+	cfg.endpoint = endpoint;
+	cfg.addressing = S3_ADDRESSING_VIRTUAL;
+	assert_int_equal(s3_client_create(&cfg, &E(state)->creds, &c), 0);
+	K(state, key, sizeof(key), "vhost/a b+c");
+	assert_int_equal(s3_put_buf(c, E(state)->bucket, key, "virtual", 7,
+				    NULL, NULL, &e),
+			 0);
+	assert_int_equal(s3_get_buf(c, E(state)->bucket, key, 0, S3_TO_END, got,
+				    sizeof(got), NULL, NULL, &e),
+			 7);
+	assert_memory_equal(got, "virtual", 7);
+	struct s3_list_page page;
+	struct s3_list_opts o = {.prefix = key};
+	assert_int_equal(s3_list_objects(c, E(state)->bucket, &o, &page, &e),
+			 0);
+	assert_int_equal(page.nentries, 1);
+	assert_string_equal(page.entries[0].key, key);
+	s3_list_page_free(&page);
+	/* the same object through path-style addressing */
+	assert_int_equal(s3_get_buf(E(state)->c, E(state)->bucket, key, 0,
+				    S3_TO_END, got, sizeof(got), NULL, NULL,
+				    &e),
+			 7);
+	assert_int_equal(s3_delete_object(c, E(state)->bucket, key, &e), 0);
+	s3_client_destroy(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -839,6 +877,7 @@ int main(void)
 			test_stopped_server_gives_bounded_retries_within_deadline),
 		cmocka_unit_test(
 			test_bad_endpoint_and_key_are_rejected_up_front),
+		cmocka_unit_test(test_virtual_hosted_style_round_trips),
 	};
 	return cmocka_run_group_tests_name("s3_live", tests, setup, teardown);
 }
