@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# run-tests.sh: runs every tierfs test suite and ends with "N passed, N failed".
+#
+# Suites: C unit tests (plain and ASan/UBSan builds), then, against the local
+# Swift S3 (started here if it is not running, stopped again afterwards),
+# the C integration tests (ASan build) and the pytest integration tests.
+# TIERFS_ONLY=unit|integration runs one half. Exit status: 0 only when every
+# suite ran and nothing failed.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=/usr/bin/python3
+BUILD=build
+ASAN=build/asan
+ONLY=${TIERFS_ONLY:-all}
+UNIT_TESTS=(test_sigv4 test_uri test_xml test_retry test_creds test_buf)
+LOGDIR=$BUILD/test-logs
+mkdir -p "$LOGDIR"
+
+passed=0
+failed=0
+suites_failed=()
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=99}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+# Runs one cmocka binary and adds its counts; a crash or sanitizer report
+# with no count is one failure.
+run_cmocka() {
+	local name=$1 bin=$2 log=$LOGDIR/$1.log
+	"$bin" >"$log" 2>&1
+	local rc=$?
+	local p f
+	p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+' | tail -1)
+	f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' | tail -1)
+	p=${p:-0}
+	f=${f:-0}
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1 # crashed, or a sanitizer fired after the tests
+	fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+	if [ "$f" -ne 0 ]; then
+		suites_failed+=("$name")
+		echo "FAIL $name ($p passed, $f failed) — log: $log"
+		sed -n '/FAILED\|ERROR\|Sanitizer\|runtime error/,+12p' "$log" | head -60
+	else
+		echo "ok   $name ($p passed)"
+	fi
+}
+
+# Runs pytest on the given files and adds its counts.
+run_pytest() {
+	local name=$1
+	shift
+	local log=$LOGDIR/$name.log
+	$PY -m pytest -q -p no:cacheprovider "$@" >"$log" 2>&1
+	local rc=$?
+	local summary p f e
+	summary=$(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)
+	p=$(grep -Eo '[0-9]+ passed' <<<"$summary" | grep -Eo '[0-9]+')
+	f=$(grep -Eo '[0-9]+ failed' <<<"$summary" | grep -Eo '[0-9]+')
+	e=$(grep -Eo '[0-9]+ errors?' <<<"$summary" | grep -Eo '[0-9]+')
+	p=${p:-0}
+	f=$(( ${f:-0} + ${e:-0} ))
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1 # collection error, no tests run, or a crash
+	fi
+	passed=$((passed + p))
+	failed=$((failed + f))
+	if [ "$f" -ne 0 ]; then
+		suites_failed+=("$name")
+		echo "FAIL $name ($p passed, $f failed) — log: $log"
+		tail -60 "$log"
+	else
+		echo "ok   $name ($p passed)"
+	fi
+}
+
+if [ "$ONLY" = all ] || [ "$ONLY" = unit ]; then
+	echo "== unit tests (plain, then ASan/UBSan)"
+	for t in "${UNIT_TESTS[@]}"; do
+		run_cmocka "$t" "$BUILD/tests/$t"
+		run_cmocka "$t-asan" "$ASAN/tests/$t"
+	done
+fi
+
+if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
+	echo "== integration tests against the local S3"
+	started_s3=0
+	if ! hack/s3-local.sh status >/dev/null 2>&1; then
+		if hack/s3-local.sh start >"$LOGDIR/s3-local.log" 2>&1; then
+			started_s3=1
+		else
+			echo "FAIL could not start the local S3:"
+			tail -30 "$LOGDIR/s3-local.log"
+			failed=$((failed + 1))
+			suites_failed+=("s3-local")
+		fi
+	fi
+	if hack/s3-local.sh status >/dev/null 2>&1; then
+		eval "$(hack/s3-local.sh env)"
+		export TIERFS_CTL=$ROOT/$ASAN/tierfsctl
+		run_cmocka test_s3_live-asan "$ASAN/tests/test_s3_live"
+		run_pytest pytest-integration tests/integration
+	fi
+	if [ "$started_s3" -eq 1 ]; then
+		hack/s3-local.sh stop >/dev/null 2>&1
+	fi
+fi
+
+echo
+if [ ${#suites_failed[@]} -ne 0 ]; then
+	echo "failed suites: ${suites_failed[*]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
