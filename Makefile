@@ -33,6 +33,8 @@ UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf
 INTEG_TESTS := test_s3_live
 
 .PHONY: all deps test unit integration demo bench check format clean asan
+# keep object files between runs (they are intermediates of the test rules)
+.SECONDARY:
 
 all: $(BUILD)/tierfsctl
 

@@ -32,10 +32,11 @@ run_cmocka() {
 	"$bin" >"$log" 2>&1
 	local rc=$?
 	local p f
-	p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+' | tail -1)
-	f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' | tail -1)
-	p=${p:-0}
-	f=${f:-0}
+	# a binary may run several groups: add up every group's summary
+	p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+' |
+		awk '{ s += $1 } END { print s + 0 }')
+	f=$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+' |
+		awk '{ s += $1 } END { print s + 0 }')
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1 # crashed, or a sanitizer fired after the tests
 	fi
