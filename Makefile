@@ -111,7 +111,7 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@hack/bench.sh
 
-C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+C_FILES = $(shell find s3 csi cache tests -name '*.[ch]' 2>/dev/null)
 
 check: all
 	clang-format --dry-run -Werror $(C_FILES)

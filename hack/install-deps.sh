@@ -10,6 +10,8 @@ PACKAGES=(
 	libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
 	libcurl4-openssl-dev libssl-dev libfuse3-dev fuse3
 	libsqlite3-dev sqlite3 libexpat1-dev libcmocka-dev
+	# style and static checks (make check)
+	clang-format cppcheck
 	# tests, demo and benchmarks
 	python3 python3-pytest python3-grpcio python3-boto3 fio
 	# the local S3: OpenStack Swift with s3api, plus memcached

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-tests.sh: runs every tierfs test suite and ends with "N passed, N failed".
 #
-# Suites: C unit tests (plain and ASan/UBSan builds), then, against the local
+# Suites: make check, C unit tests (plain and ASan/UBSan), then, against the local
 # Swift S3 (started here if it is not running, stopped again afterwards),
 # the C integration tests (ASan build) and the pytest integration tests.
 # TIERFS_ONLY=unit|integration runs one half. Exit status: 0 only when every
@@ -78,6 +78,19 @@ run_pytest() {
 		echo "ok   $name ($p passed)"
 	fi
 }
+
+if [ "$ONLY" = all ]; then
+	echo "== static checks (clang-format, cppcheck)"
+	if make -s check >"$LOGDIR/check.log" 2>&1; then
+		passed=$((passed + 1))
+		echo "ok   make check"
+	else
+		failed=$((failed + 1))
+		suites_failed+=("make-check")
+		echo "FAIL make check — log: $LOGDIR/check.log"
+		tail -30 "$LOGDIR/check.log"
+	fi
+fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = unit ]; then
 	echo "== unit tests (plain, then ASan/UBSan)"

@@ -791,8 +791,8 @@ static uint64_t now_ms(void)
 static enum retry_transport classify_tls(const char *errbuf)
 {
 	static const char *const transient[] = {
-		"reset", "SSL_ERROR_SYSCALL", "unexpected eof", "timed out",
-		"Connection refused", "Broken pipe",
+		"reset",     "SSL_ERROR_SYSCALL",  "unexpected eof",
+		"timed out", "Connection refused", "Broken pipe",
 	};
 	for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
 		if (strcasestr(errbuf, transient[i]))

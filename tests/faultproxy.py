@@ -336,6 +336,7 @@ class _Handler(socketserver.BaseRequestHandler):
             "time": time.time(),
             "method": method,
             "path": target,
+            "peer": "%s:%s" % self.client_address[:2],
             "version": version,
             "headers": {k: hmap[k] for k in LOGGED_HEADERS if k in hmap},
             "has_security_token": "x-amz-security-token" in hmap,

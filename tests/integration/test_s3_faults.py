@@ -248,7 +248,7 @@ def test_multipart_put_survives_part_503_and_complete_reset_without_orphans(
     part3 = proxy.add_rule("503", method="PUT", path="partNumber=3&", count=1)
     complete = proxy.add_rule("reset_after", method="POST", path="uploadId=", count=1)
 
-    r, _ = ctl(proxy, "put", str(src), f"s3://{BUCKET}/{key}")
+    r, _ = ctl(proxy, "put", str(src), f"s3://{BUCKET}/{key}", "--part-size", "8M")
 
     assert r.returncode == 0, describe(r, proxy)
     assert part3.fired == 1 and complete.fired == 1, describe(r, proxy)
@@ -282,6 +282,23 @@ def test_delay_300ms_succeeds_without_a_retry(s3, proxy, prefix, tmp_path):
     assert [e["action"] for e in puts] == ["delay"], describe(r, proxy)
     assert secs >= 0.3
     assert get_object(s3, key) == data
+
+
+def test_sequential_requests_reuse_one_connection(s3, proxy, prefix, tmp_path):
+    key = prefix + "obj"
+    src, data = make_file(tmp_path, "src", 20 << 20)
+    s3.upload_file(str(src), BUCKET, key)
+    dst = tmp_path / "dst"
+
+    # one thread, 5 MiB ranges: four GETs in a row from one process
+    r, _ = ctl(proxy, "get", f"s3://{BUCKET}/{key}", str(dst),
+               "--parallel", "1", "--part-size", "5M")
+
+    assert r.returncode == 0, describe(r, proxy)
+    gets = proxy.requests("GET", path=obj_path(key))
+    assert len(gets) == 4, describe(r, proxy)
+    assert len({e["peer"] for e in gets}) == 1, describe(r, proxy)
+    assert dst.read_bytes() == data
 
 
 # --- faults that must not be retried ----------------------------------------------
@@ -398,7 +415,7 @@ def test_parallel_get_truncated_ranges_are_retried_and_file_equals_source(
     proxy.add_rule("truncate", method="GET", path=obj_path(key), count=2)
     dst = tmp_path / "dst"
 
-    r, _ = ctl(proxy, "get", f"s3://{BUCKET}/{key}", str(dst))
+    r, _ = ctl(proxy, "get", f"s3://{BUCKET}/{key}", str(dst), "--part-size", "8M")
 
     assert r.returncode == 0, describe(r, proxy)
     gets = proxy.requests("GET", path=obj_path(key))
