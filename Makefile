@@ -16,7 +16,7 @@ PYTHON   := /usr/bin/python3
 BUILD    := build
 ASAN     := $(BUILD)/asan
 
-PKGS     := libcurl openssl expat
+PKGS     := libcurl openssl expat sqlite3
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wpointer-arith \
 	-Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread -g \
@@ -29,7 +29,9 @@ SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c
-UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf
+CACHE_SRC := cache/layout.c
+UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
+	test_layout
 INTEG_TESTS := test_s3_live
 
 .PHONY: all deps test unit integration demo bench check format clean asan
@@ -59,6 +61,13 @@ $(ASAN)/libtierfs-s3.a: $(S3_SRC:%.c=$(ASAN)/obj/%.o)
 	@mkdir -p $(dir $@)
 	$(Q)$(AR) rcs $@ $^
 
+$(BUILD)/libtierfs-cache.a: $(CACHE_SRC:%.c=$(BUILD)/obj/%.o)
+	$(Q)$(AR) rcs $@ $^
+
+$(ASAN)/libtierfs-cache.a: $(CACHE_SRC:%.c=$(ASAN)/obj/%.o)
+	@mkdir -p $(dir $@)
+	$(Q)$(AR) rcs $@ $^
+
 $(BUILD)/tierfsctl: $(BUILD)/obj/csi/tierfsctl.o $(BUILD)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -68,12 +77,12 @@ $(ASAN)/tierfsctl: $(ASAN)/obj/csi/tierfsctl.o $(ASAN)/libtierfs-s3.a
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
 # --- tests -----------------------------------------------------------------
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtierfs-s3.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtierfs-cache.a $(BUILD)/libtierfs-s3.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 
-$(ASAN)/tests/%: $(ASAN)/obj/tests/unit/%.o $(ASAN)/libtierfs-s3.a
+$(ASAN)/tests/%: $(ASAN)/obj/tests/unit/%.o $(ASAN)/libtierfs-cache.a $(ASAN)/libtierfs-s3.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
@@ -117,7 +126,7 @@ check: all
 	clang-format --dry-run -Werror $(C_FILES)
 	cppcheck --quiet --error-exitcode=1 --enable=warning,portability \
 		--inline-suppr --std=c11 -D_GNU_SOURCE -I s3 \
-		--suppress=missingIncludeSystem s3 csi tests/unit tests/integration
+		--suppress=missingIncludeSystem s3 cache csi tests/unit tests/integration
 
 format:
 	clang-format -i $(C_FILES)

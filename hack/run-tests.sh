@@ -14,7 +14,8 @@ PY=/usr/bin/python3
 BUILD=build
 ASAN=build/asan
 ONLY=${TIERFS_ONLY:-all}
-UNIT_TESTS=(test_sigv4 test_uri test_xml test_retry test_creds test_buf)
+UNIT_TESTS=(test_sigv4 test_uri test_xml test_retry test_creds test_buf
+	test_layout)
 LOGDIR=$BUILD/test-logs
 mkdir -p "$LOGDIR"
 
