@@ -1,0 +1,173 @@
+/* meta.h: the metadata store: inodes, dentries, hard links, xattrs, dirty
+ * flags.
+ *
+ * Authoritative while a volume is mounted. Kept in SQLite (WAL mode) in the
+ * cache dir, so it survives a crash of the daemon, and mirrored in memory,
+ * so lookup and getattr never touch SQLite.
+ * Threading: every function is thread-safe; one mutex (meta->lock) guards
+ * the in-memory tables and the database handle. Nothing here blocks on the
+ * network. Functions that change state write through to SQLite inside a
+ * transaction that meta_commit() (or the group-commit timer, see
+ * meta_open()) closes; until then a crash may lose the change, never tear it.
+ * Ownership: out-structs are filled by value; strings handed out are copies
+ * the caller frees. The inode table knows nothing of FUSE: lookup counts are
+ * plain counters kept by the caller through meta_ref()/meta_forget().
+ */
+#ifndef TIERFS_META_H
+#define TIERFS_META_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define META_ROOT_INO 1
+#define META_NAME_MAX 255
+#define META_DEFAULT_COMMIT_INTERVAL_MS 20
+
+/* Dirty flags: what S3 does not have yet for an inode. */
+#define META_DIRTY_DATA 0x1 /* the content differs from the object */
+#define META_DIRTY_ATTR 0x2 /* mode/uid/gid/times/xattrs differ */
+#define META_DIRTY_NAME 0x4 /* created, renamed or linked, not in S3 */
+
+struct meta_attr {
+	uint64_t ino;
+	uint32_t mode; /* full st_mode, type bits included */
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t nlink;
+	uint64_t size;
+	struct timespec atime;
+	struct timespec mtime;
+	struct timespec ctime;
+	uint32_t rdev;
+	uint32_t dirty;	     /* META_DIRTY_* */
+	uint64_t generation; /* bumped when an inode number is reused */
+};
+
+/* Which fields meta_setattr() changes. */
+#define META_SET_MODE 0x01
+#define META_SET_UID 0x02
+#define META_SET_GID 0x04
+#define META_SET_SIZE 0x08
+#define META_SET_ATIME 0x10
+#define META_SET_MTIME 0x20
+#define META_SET_CTIME 0x40
+
+struct meta_config {
+	const char *path; /* the SQLite file, e.g. CACHE_DIR/meta.db */
+	unsigned commit_interval_ms; /* group commit; 0: commit every change */
+	uint32_t root_mode;	     /* for a new store: S_IFDIR | 0755 */
+	uint32_t root_uid, root_gid;
+};
+
+struct meta;
+
+void meta_config_init(struct meta_config *cfg);
+/* Opens (creating if absent) the store and loads it into memory. A new
+ * store gets a root directory inode META_ROOT_INO from cfg. -errno, with
+ * the reason logged, on a corrupt or foreign file. */
+int meta_open(const struct meta_config *cfg, struct meta **out);
+/* Commits, stops the group-commit thread, closes. */
+void meta_close(struct meta *m);
+/* Closes the open transaction now (fsync, syncfs, unmount). */
+int meta_commit(struct meta *m);
+
+/* -ENOENT when parent has no such name. */
+int meta_lookup(struct meta *m, uint64_t parent, const char *name,
+		struct meta_attr *out);
+/* meta_lookup() that also takes one lookup reference, atomically, so the
+ * inode cannot be deleted between the two (the FUSE lookup reply). */
+int meta_lookup_ref(struct meta *m, uint64_t parent, const char *name,
+		    struct meta_attr *out);
+int meta_getattr(struct meta *m, uint64_t ino, struct meta_attr *out);
+
+/* Creates name in parent (a file, directory, symlink or node, by
+ * attr->mode) with a new inode number; attr gives mode, uid, gid, times and
+ * rdev (a zero time means now). target is the symlink target (NULL
+ * otherwise). out gets the new
+ * inode's attributes. -EEXIST, -ENOENT (no parent), -ENOTDIR,
+ * -ENAMETOOLONG. The new name and inode are marked META_DIRTY_NAME. */
+int meta_create(struct meta *m, uint64_t parent, const char *name,
+		const struct meta_attr *attr, const char *target,
+		struct meta_attr *out);
+/* A new name for an existing non-directory inode (hard link). */
+int meta_link(struct meta *m, uint64_t ino, uint64_t parent, const char *name,
+	      struct meta_attr *out);
+/* Removes a name. -EISDIR/-ENOTDIR checked with want_dir; -ENOTEMPTY for a
+ * directory with entries. *ino_out gets the inode; its nlink drops, and
+ * an inode left with nlink 0 lives on until meta_forget() drops its last
+ * reference (unlink while open). */
+int meta_unlink(struct meta *m, uint64_t parent, const char *name, int want_dir,
+		uint64_t *ino_out);
+/* rename(2) semantics: replaces a compatible destination (file over file,
+ * empty directory over directory), -EINVAL when moving a directory into
+ * itself or a descendant; flags are RENAME_NOREPLACE / RENAME_EXCHANGE.
+ * *replaced_ino (optional) gets the inode that lost its name, or 0. */
+int meta_rename(struct meta *m, uint64_t parent, const char *name,
+		uint64_t newparent, const char *newname, unsigned flags,
+		uint64_t *replaced_ino);
+/* Changes the fields in mask (META_SET_*); ctime follows the rules of
+ * chmod/chown/truncate unless META_SET_CTIME is given. */
+int meta_setattr(struct meta *m, uint64_t ino, unsigned mask,
+		 const struct meta_attr *attr, struct meta_attr *out);
+/* The symlink's target, malloc'ed. -EINVAL when not a symlink. */
+int meta_readlink(struct meta *m, uint64_t ino, char **target);
+
+/* Lists a directory from position off (0 = start; "." and ".." are the
+ * caller's). fn gets each entry and the position after it, and returns
+ * non-zero to stop (a full reply buffer). Positions stay valid while
+ * entries are added and removed. fn runs under meta->lock: it must not
+ * call back into meta. */
+typedef int (*meta_dir_fn)(void *ctx, const char *name,
+			   const struct meta_attr *attr, uint64_t next_off);
+int meta_readdir(struct meta *m, uint64_t dir, uint64_t off, meta_dir_fn fn,
+		 void *ctx);
+
+/* Extended attributes; XATTR_CREATE / XATTR_REPLACE as in setxattr(2).
+ * getxattr returns the value's size, copying it when size allows
+ * (-ERANGE when too small, size 0 asks for the size); -ENODATA. */
+int meta_setxattr(struct meta *m, uint64_t ino, const char *name,
+		  const void *value, size_t size, int flags);
+ssize_t meta_getxattr(struct meta *m, uint64_t ino, const char *name,
+		      void *value, size_t size);
+ssize_t meta_listxattr(struct meta *m, uint64_t ino, char *list, size_t size);
+int meta_removexattr(struct meta *m, uint64_t ino, const char *name);
+
+/* Lookup counts (the kernel's references): +n on every entry reply,
+ * -n on forget. An inode with nlink 0 and no references is deleted and
+ * meta_forget() returns 1 (the caller then drops its cached data). */
+void meta_ref(struct meta *m, uint64_t ino, uint64_t n);
+int meta_forget(struct meta *m, uint64_t ino, uint64_t n);
+
+/* Dirty tracking for the uploader. */
+int meta_set_dirty(struct meta *m, uint64_t ino, uint32_t flags);
+/* Clears flags only if the inode's change counter still equals seq (what
+ * the uploader saw when it started), so a write during the upload keeps
+ * the inode dirty: -EAGAIN then, with the flags kept. */
+int meta_clear_dirty(struct meta *m, uint64_t ino, uint32_t flags,
+		     uint64_t seq);
+/* The inode's change counter, bumped by every change to it. */
+int meta_change_seq(struct meta *m, uint64_t ino, uint64_t *seq);
+
+/* The full path of ino relative to the volume root ("a/b/c"; "" for the
+ * root), through its first name; malloc'ed. -ENOENT for an inode with no
+ * name left. */
+int meta_path(struct meta *m, uint64_t ino, char **path);
+/* The path through the inode's n-th name (0 = the first, in creation
+ * order; hard links have several); -ENOENT past the last. */
+int meta_path_nth(struct meta *m, uint64_t ino, unsigned n, char **path);
+/* The object's ETag as last seen in S3 ("" when none). */
+int meta_set_etag(struct meta *m, uint64_t ino, const char *etag);
+int meta_get_etag(struct meta *m, uint64_t ino, char *etag, size_t len);
+
+/* Totals for statfs: bytes in regular files, and inode count. */
+void meta_usage(struct meta *m, uint64_t *bytes, uint64_t *inodes);
+
+/* Verifies the in-memory invariants (see meta.c): 0, or -EIO with the
+ * first violation logged. O(inodes); for tests and debug builds, which
+ * also run it after changes. */
+int meta_check(struct meta *m);
+
+#endif

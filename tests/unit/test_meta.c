@@ -1,0 +1,1998 @@
+/* test_meta.c: the metadata store: POSIX namespace semantics, lookup
+ * counts, xattrs, dirty tracking, persistence, crash safety and group
+ * commit.
+ *
+ * Each test gets its own temporary directory holding meta.db. Crash tests
+ * fork a child that changes the store and dies without closing it; the
+ * parent reopens the file and checks what survived. Commit visibility is
+ * checked through a second, read-only SQLite connection.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "../../cache/meta.h"
+
+#define ROOT META_ROOT_INO
+#define SLOW_INTERVAL_MS 600000 /* the timer never fires in a test */
+
+struct fixture {
+	char dir[64];
+	char path[96];
+	struct meta *m;
+};
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static struct meta *open_store(struct fixture *f, unsigned interval_ms)
+{
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = f->path;
+	cfg.commit_interval_ms = interval_ms;
+	cfg.root_uid = 1000;
+	cfg.root_gid = 100;
+	struct meta *m = NULL;
+	assert_int_equal(meta_open(&cfg, &m), 0);
+	assert_non_null(m);
+	return m;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	snprintf(f->dir, sizeof(f->dir), "/tmp/test_meta.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->path, sizeof(f->path), "%s/meta.db", f->dir);
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	*state = f;
+	return 0;
+}
+
+static void remove_files(struct fixture *f)
+{
+	static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+	char p[128];
+	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+		snprintf(p, sizeof(p), "%s%s", f->path, sfx[i]);
+		unlink(p);
+	}
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	if (f->m)
+		assert_int_equal(meta_check(f->m), 0);
+	meta_close(f->m);
+	remove_files(f);
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+static void reopen(struct fixture *f, unsigned interval_ms)
+{
+	meta_close(f->m);
+	f->m = open_store(f, interval_ms);
+}
+
+static struct meta_attr attr_of(uint32_t mode)
+{
+	struct meta_attr a;
+	memset(&a, 0, sizeof(a));
+	a.mode = mode;
+	a.uid = 1000;
+	a.gid = 100;
+	return a;
+}
+
+static uint64_t mk(struct meta *m, uint64_t parent, const char *name,
+		   uint32_t mode)
+{
+	struct meta_attr a = attr_of(mode), out;
+	assert_int_equal(meta_create(m, parent, name, &a, NULL, &out), 0);
+	return out.ino;
+}
+
+static uint64_t mkfile(struct meta *m, uint64_t parent, const char *name)
+{
+	return mk(m, parent, name, S_IFREG | 0644);
+}
+
+static uint64_t mkdir_(struct meta *m, uint64_t parent, const char *name)
+{
+	return mk(m, parent, name, S_IFDIR | 0755);
+}
+
+static struct meta_attr getattr(struct meta *m, uint64_t ino)
+{
+	struct meta_attr a;
+	assert_int_equal(meta_getattr(m, ino, &a), 0);
+	return a;
+}
+
+static uint64_t lookup_ino(struct meta *m, uint64_t parent, const char *name)
+{
+	struct meta_attr a;
+	int rc = meta_lookup(m, parent, name, &a);
+	return rc == 0 ? a.ino : 0;
+}
+
+/* Sets a directory's times into the past so a later update is visible. */
+static void age(struct meta *m, uint64_t ino)
+{
+	struct meta_attr a = attr_of(0);
+	a.mtime.tv_sec = 1000;
+	a.ctime.tv_sec = 1000;
+	assert_int_equal(
+		meta_setattr(m, ino, META_SET_MTIME | META_SET_CTIME, &a, NULL),
+		0);
+}
+
+struct ent {
+	char name[META_NAME_MAX + 1];
+	uint64_t ino;
+	uint64_t off;
+};
+
+struct ents {
+	struct ent *v;
+	size_t n, cap;
+	size_t limit; /* stop after this many (0: no limit) */
+};
+
+static int collect(void *ctx, const char *name, const struct meta_attr *a,
+		   uint64_t next_off)
+{
+	struct ents *e = ctx;
+	if (e->limit && e->n >= e->limit)
+		return 1;
+	if (e->n == e->cap) {
+		e->cap = e->cap ? e->cap * 2 : 16;
+		e->v = realloc(e->v, e->cap * sizeof(*e->v));
+		assert_non_null(e->v);
+	}
+	snprintf(e->v[e->n].name, sizeof(e->v[e->n].name), "%s", name);
+	e->v[e->n].ino = a->ino;
+	e->v[e->n].off = next_off;
+	e->n++;
+	return 0;
+}
+
+static struct ents list_dir(struct meta *m, uint64_t dir)
+{
+	struct ents e = {0};
+	assert_int_equal(meta_readdir(m, dir, 0, collect, &e), 0);
+	return e;
+}
+
+static int ents_has(const struct ents *e, const char *name)
+{
+	for (size_t i = 0; i < e->n; i++)
+		if (strcmp(e->v[i].name, name) == 0)
+			return 1;
+	return 0;
+}
+
+/* A textual dump of everything reachable from ino: attributes, change
+ * counters, etags, symlink targets, xattrs. */
+static void dump_ino(struct meta *m, FILE *out, const char *path, uint64_t ino)
+{
+	struct meta_attr a = getattr(m, ino);
+	uint64_t seq = 0;
+	char etag[256];
+	assert_int_equal(meta_change_seq(m, ino, &seq), 0);
+	assert_int_equal(meta_get_etag(m, ino, etag, sizeof(etag)), 0);
+	fprintf(out,
+		"%s ino=%" PRIu64 " mode=%o uid=%u gid=%u nlink=%u "
+		"size=%" PRIu64 " a=%lld.%09ld m=%lld.%09ld c=%lld.%09ld "
+		"rdev=%u dirty=%u gen=%" PRIu64 " seq=%" PRIu64 " etag=%s",
+		path, a.ino, a.mode, a.uid, a.gid, a.nlink, a.size,
+		(long long)a.atime.tv_sec, a.atime.tv_nsec,
+		(long long)a.mtime.tv_sec, a.mtime.tv_nsec,
+		(long long)a.ctime.tv_sec, a.ctime.tv_nsec, a.rdev, a.dirty,
+		a.generation, seq, etag);
+	if (S_ISLNK(a.mode)) {
+		char *t = NULL;
+		assert_int_equal(meta_readlink(m, ino, &t), 0);
+		fprintf(out, " -> %s", t);
+		free(t);
+	}
+	char names[1024];
+	ssize_t n = meta_listxattr(m, ino, names, sizeof(names));
+	assert_true(n >= 0);
+	for (char *p = names; p < names + n; p += strlen(p) + 1) {
+		unsigned char v[256];
+		ssize_t vn = meta_getxattr(m, ino, p, v, sizeof(v));
+		assert_true(vn >= 0);
+		fprintf(out, " x:%s=", p);
+		for (ssize_t i = 0; i < vn; i++)
+			fprintf(out, "%02x", v[i]);
+	}
+	fputc('\n', out);
+	if (!S_ISDIR(a.mode))
+		return;
+	struct ents e = list_dir(m, ino);
+	for (size_t i = 0; i < e.n; i++) {
+		char child[1024];
+		snprintf(child, sizeof(child), "%s/%s", path, e.v[i].name);
+		fprintf(out, "  entry off=%" PRIu64 "\n", e.v[i].off);
+		dump_ino(m, out, child, e.v[i].ino);
+	}
+	free(e.v);
+}
+
+static char *dump(struct meta *m)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+	assert_non_null(out);
+	dump_ino(m, out, "", ROOT);
+	uint64_t bytes, inodes;
+	meta_usage(m, &bytes, &inodes);
+	fprintf(out, "usage %" PRIu64 " %" PRIu64 "\n", bytes, inodes);
+	assert_int_equal(fclose(out), 0);
+	return buf;
+}
+
+/* Runs a one-integer query on a second, read-only connection. */
+static int64_t peek(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_busy_timeout(db, 2000), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	int64_t v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+	return v;
+}
+
+static char *peek_text(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	char *v = strdup((const char *)sqlite3_column_text(st, 0));
+	sqlite3_finalize(st);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+	return v;
+}
+
+static int64_t count_name(const char *path, const char *name)
+{
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM dentries WHERE name = '%s'", name);
+	return peek(path, sql);
+}
+
+/* Runs SQL on a second, read-write connection (to corrupt or block). */
+static void exec_rw(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_busy_timeout(db, 2000), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	nanosleep(&ts, NULL);
+}
+
+/* ---- open --------------------------------------------------------------- */
+
+static void test_new_store_has_root_directory_from_config(void **state)
+{
+	struct fixture *f = *state;
+	struct meta_attr a = getattr(f->m, ROOT);
+	assert_int_equal(a.ino, ROOT);
+	assert_int_equal(a.mode, S_IFDIR | 0755);
+	assert_int_equal(a.uid, 1000);
+	assert_int_equal(a.gid, 100);
+	assert_int_equal(a.nlink, 2);
+	uint64_t bytes, inodes;
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(bytes, 0);
+	assert_int_equal(inodes, 1);
+	char *path = NULL;
+	assert_int_equal(meta_path(f->m, ROOT, &path), 0);
+	assert_string_equal(path, "");
+	free(path);
+}
+
+static void test_store_file_is_wal_with_versioned_schema(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(meta_commit(f->m), 0);
+	char *mode = peek_text(f->path, "PRAGMA journal_mode");
+	assert_string_equal(mode, "wal");
+	free(mode);
+	assert_int_equal(peek(f->path, "SELECT value FROM meta WHERE "
+				       "key = 'format_version'"),
+			 1);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM sqlite_master "
+				       "WHERE name IN ('inodes', 'dentries', "
+				       "'xattrs', 'meta', 'dentries_ino')"),
+			 5);
+}
+
+static void test_open_rejects_a_foreign_sqlite_file(void **state)
+{
+	struct fixture *f = *state;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/other.db", f->dir);
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(
+		sqlite3_exec(db, "CREATE TABLE t(x)", NULL, NULL, NULL),
+		SQLITE_OK);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = path;
+	struct meta *m = (struct meta *)1;
+	assert_int_equal(meta_open(&cfg, &m), -EINVAL);
+	assert_null(m);
+	unlink(path);
+}
+
+static void test_open_rejects_a_file_that_is_not_sqlite(void **state)
+{
+	struct fixture *f = *state;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/garbage.db", f->dir);
+	FILE *g = fopen(path, "w");
+	assert_non_null(g);
+	for (int i = 0; i < 512; i++)
+		fputs("not a database ", g);
+	assert_int_equal(fclose(g), 0);
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = path;
+	struct meta *m = NULL;
+	assert_true(meta_open(&cfg, &m) < 0);
+	assert_null(m);
+	unlink(path);
+}
+
+static void test_open_rejects_an_unknown_format_version(void **state)
+{
+	struct fixture *f = *state;
+	meta_close(f->m);
+	f->m = NULL;
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db,
+				      "UPDATE meta SET value = 99 WHERE key = "
+				      "'format_version'",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_close(db), SQLITE_OK);
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = f->path;
+	struct meta *m = NULL;
+	assert_int_equal(meta_open(&cfg, &m), -EINVAL);
+	assert_null(m);
+}
+
+static void test_open_requires_a_path(void **state)
+{
+	(void)state;
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	struct meta *m = NULL;
+	assert_int_equal(meta_open(&cfg, &m), -EINVAL);
+	assert_int_equal(cfg.commit_interval_ms,
+			 META_DEFAULT_COMMIT_INTERVAL_MS);
+	assert_int_equal(cfg.root_mode, S_IFDIR | 0755);
+}
+
+static void reopen_expect(struct fixture *f, int want)
+{
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = f->path;
+	struct meta *m = NULL;
+	assert_int_equal(meta_open(&cfg, &m), want);
+	assert_null(m);
+}
+
+static void test_open_rejects_nlink_that_disagrees_with_names(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	meta_close(f->m);
+	f->m = NULL;
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "UPDATE inodes SET nlink = 2 WHERE ino = %" PRIu64, file);
+	exec_rw(f->path, sql);
+	reopen_expect(f, -EIO);
+}
+
+static void test_open_rejects_a_dentry_naming_a_missing_inode(void **state)
+{
+	struct fixture *f = *state;
+	meta_close(f->m);
+	f->m = NULL;
+	exec_rw(f->path, "INSERT INTO dentries VALUES(1, 'ghost', 999, 999)");
+	reopen_expect(f, -EIO);
+}
+
+static void test_open_rejects_a_directory_with_two_names(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	meta_close(f->m);
+	f->m = NULL;
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO dentries VALUES(1, 'd2', %" PRIu64 ", 999);"
+		 "UPDATE inodes SET nlink = 4 WHERE ino = 1",
+		 d);
+	exec_rw(f->path, sql);
+	reopen_expect(f, -EIO);
+}
+
+static void test_failed_write_rolls_back_memory_and_file(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	assert_int_equal(meta_commit(f->m), 0);
+	/* a row behind the store's back takes the next cookie, so the next
+	 * dentry insert fails inside its savepoint */
+	int64_t cookie =
+		peek(f->path, "SELECT value FROM meta WHERE key='next_cookie'");
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO dentries VALUES(777, 'blocker', 777, %" PRId64
+		 ")",
+		 cookie);
+	exec_rw(f->path, sql);
+	struct meta_attr root0 = getattr(f->m, ROOT), d0 = getattr(f->m, d);
+	struct meta_attr f0 = getattr(f->m, file);
+	uint64_t seq0 = 0, seq1 = 0;
+	assert_int_equal(meta_change_seq(f->m, ROOT, &seq0), 0);
+	struct meta_attr a = attr_of(S_IFDIR | 0755), out;
+	assert_true(meta_create(f->m, ROOT, "x", &a, NULL, &out) < 0);
+	assert_true(meta_link(f->m, file, ROOT, "y", &out) < 0);
+	assert_true(meta_rename(f->m, ROOT, "d", ROOT, "e", 0, NULL) < 0);
+	/* memory is as before every failed change */
+	assert_int_equal(lookup_ino(f->m, ROOT, "x"), 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "y"), 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "d"), d);
+	struct meta_attr root1 = getattr(f->m, ROOT), d1 = getattr(f->m, d);
+	struct meta_attr f1 = getattr(f->m, file);
+	assert_memory_equal(&root0, &root1, sizeof(root0));
+	assert_memory_equal(&d0, &d1, sizeof(d0));
+	assert_memory_equal(&f0, &f1, sizeof(f0));
+	assert_int_equal(meta_change_seq(f->m, ROOT, &seq1), 0);
+	assert_int_equal(seq0, seq1);
+	assert_int_equal(meta_check(f->m), 0);
+	/* the store still works once the obstacle is gone */
+	assert_int_equal(meta_commit(f->m), 0);
+	exec_rw(f->path, "DELETE FROM dentries WHERE parent = 777");
+	assert_int_equal(meta_create(f->m, ROOT, "x", &a, NULL, &out), 0);
+	assert_int_equal(getattr(f->m, ROOT).nlink, 4);
+	char *before = dump(f->m);
+	reopen(f, SLOW_INTERVAL_MS);
+	char *after = dump(f->m);
+	assert_string_equal(before, after);
+	free(before);
+	free(after);
+}
+
+/* ---- lookup / create ---------------------------------------------------- */
+
+static void test_create_file_sets_attrs_and_dirty_name(void **state)
+{
+	struct fixture *f = *state;
+	struct meta_attr a = attr_of(S_IFREG | 0640), out;
+	a.mtime.tv_sec = 12345;
+	a.mtime.tv_nsec = 678;
+	a.rdev = 0;
+	assert_int_equal(meta_create(f->m, ROOT, "f", &a, NULL, &out), 0);
+	assert_true(out.ino > ROOT);
+	assert_int_equal(out.mode, S_IFREG | 0640);
+	assert_int_equal(out.uid, 1000);
+	assert_int_equal(out.gid, 100);
+	assert_int_equal(out.nlink, 1);
+	assert_int_equal(out.size, 0);
+	assert_int_equal(out.mtime.tv_sec, 12345);
+	assert_int_equal(out.mtime.tv_nsec, 678);
+	assert_true(out.ctime.tv_sec > 1000000000); /* zero time: now */
+	assert_int_equal(out.dirty, META_DIRTY_NAME);
+	assert_int_equal(out.generation, 0);
+	struct meta_attr l;
+	assert_int_equal(meta_lookup(f->m, ROOT, "f", &l), 0);
+	assert_memory_equal(&l, &out, sizeof(l));
+	struct meta_attr g = getattr(f->m, out.ino);
+	assert_memory_equal(&g, &out, sizeof(g));
+}
+
+static void test_create_updates_parent_mtime_and_ctime(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	age(f->m, d);
+	mkfile(f->m, d, "f");
+	struct meta_attr a = getattr(f->m, d);
+	assert_true(a.mtime.tv_sec > 1000);
+	assert_true(a.ctime.tv_sec > 1000);
+}
+
+static void test_create_errors(void **state)
+{
+	struct fixture *f = *state;
+	struct meta_attr a = attr_of(S_IFREG | 0644), out;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	char long_name[META_NAME_MAX + 2];
+	memset(long_name, 'x', sizeof(long_name) - 1);
+	long_name[META_NAME_MAX + 1] = '\0';
+
+	assert_int_equal(meta_create(f->m, ROOT, "f", &a, NULL, &out), -EEXIST);
+	assert_int_equal(meta_create(f->m, 999, "g", &a, NULL, &out), -ENOENT);
+	assert_int_equal(meta_create(f->m, file, "g", &a, NULL, &out),
+			 -ENOTDIR);
+	assert_int_equal(meta_create(f->m, ROOT, long_name, &a, NULL, &out),
+			 -ENAMETOOLONG);
+	assert_int_equal(meta_create(f->m, ROOT, "a/b", &a, NULL, &out),
+			 -EINVAL);
+	assert_int_equal(meta_create(f->m, ROOT, ".", &a, NULL, &out), -EINVAL);
+	assert_int_equal(meta_create(f->m, ROOT, "..", &a, NULL, &out),
+			 -EINVAL);
+	assert_int_equal(meta_create(f->m, ROOT, "", &a, NULL, &out), -EINVAL);
+	/* a target only with a symlink, and a symlink only with a target */
+	assert_int_equal(meta_create(f->m, ROOT, "g", &a, "t", &out), -EINVAL);
+	struct meta_attr l = attr_of(S_IFLNK | 0777);
+	assert_int_equal(meta_create(f->m, ROOT, "g", &l, NULL, &out), -EINVAL);
+	/* exactly 255 bytes is fine */
+	long_name[META_NAME_MAX] = '\0';
+	assert_int_equal(meta_create(f->m, ROOT, long_name, &a, NULL, &out), 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, long_name), out.ino);
+	/* nothing of the failed calls is left behind */
+	struct ents e = list_dir(f->m, ROOT);
+	assert_int_equal(e.n, 2);
+	free(e.v);
+}
+
+static void test_create_node_types_keep_mode_and_rdev(void **state)
+{
+	struct fixture *f = *state;
+	struct meta_attr a = attr_of(S_IFCHR | 0600), out;
+	a.rdev = 0x0501;
+	assert_int_equal(meta_create(f->m, ROOT, "tty", &a, NULL, &out), 0);
+	assert_int_equal(out.mode, S_IFCHR | 0600);
+	assert_int_equal(out.rdev, 0x0501);
+	a = attr_of(S_IFIFO | 0644);
+	assert_int_equal(meta_create(f->m, ROOT, "fifo", &a, NULL, &out), 0);
+	assert_int_equal(out.mode, S_IFIFO | 0644);
+	a = attr_of(0644); /* no type bits: a regular file, as mknod(2) */
+	assert_int_equal(meta_create(f->m, ROOT, "plain", &a, NULL, &out), 0);
+	assert_int_equal(out.mode, S_IFREG | 0644);
+}
+
+static void test_lookup_errors(void **state)
+{
+	struct fixture *f = *state;
+	struct meta_attr a;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	char long_name[META_NAME_MAX + 2];
+	memset(long_name, 'x', sizeof(long_name) - 1);
+	long_name[META_NAME_MAX + 1] = '\0';
+	assert_int_equal(meta_lookup(f->m, ROOT, "nope", &a), -ENOENT);
+	assert_int_equal(meta_lookup(f->m, 4242, "f", &a), -ENOENT);
+	assert_int_equal(meta_lookup(f->m, file, "x", &a), -ENOTDIR);
+	assert_int_equal(meta_lookup(f->m, ROOT, long_name, &a), -ENAMETOOLONG);
+	assert_int_equal(meta_getattr(f->m, 4242, &a), -ENOENT);
+}
+
+static void test_mkdir_counts_subdirectories_in_parent_nlink(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkdir_(f->m, ROOT, "a");
+	assert_int_equal(getattr(f->m, ROOT).nlink, 3);
+	assert_int_equal(getattr(f->m, a).nlink, 2);
+	mkdir_(f->m, a, "b");
+	mkdir_(f->m, a, "c");
+	mkfile(f->m, a, "file");
+	assert_int_equal(getattr(f->m, a).nlink, 4);
+	assert_int_equal(getattr(f->m, ROOT).nlink, 3);
+}
+
+static void test_inode_numbers_are_never_reused(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a");
+	uint64_t b = mkfile(f->m, ROOT, "b");
+	assert_true(b > a);
+	assert_int_equal(meta_unlink(f->m, ROOT, "b", 0, NULL), 0);
+	uint64_t c = mkfile(f->m, ROOT, "c");
+	assert_true(c > b);
+	assert_int_equal(meta_unlink(f->m, ROOT, "c", 0, NULL), 0);
+	reopen(f, SLOW_INTERVAL_MS);
+	uint64_t d = mkfile(f->m, ROOT, "d");
+	assert_true(d > c);
+}
+
+static void test_create_in_removed_directory_is_enoent(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	meta_ref(f->m, d, 1);
+	assert_int_equal(meta_unlink(f->m, ROOT, "d", 1, NULL), 0);
+	struct meta_attr a = attr_of(S_IFREG | 0644), out;
+	assert_int_equal(meta_create(f->m, d, "x", &a, NULL, &out), -ENOENT);
+	assert_int_equal(getattr(f->m, d).nlink, 0);
+	struct ents e = list_dir(f->m, d);
+	assert_int_equal(e.n, 0);
+	free(e.v);
+	assert_int_equal(meta_forget(f->m, d, 1), 1);
+	assert_int_equal(meta_getattr(f->m, d, &a), -ENOENT);
+}
+
+/* ---- symlinks ----------------------------------------------------------- */
+
+static void test_symlink_stores_target_and_readlink_returns_it(void **state)
+{
+	struct fixture *f = *state;
+	struct meta_attr a = attr_of(S_IFLNK | 0777), out;
+	assert_int_equal(
+		meta_create(f->m, ROOT, "l", &a, "../some/where", &out), 0);
+	assert_int_equal(out.mode, S_IFLNK | 0777);
+	assert_int_equal(out.size, strlen("../some/where"));
+	char *t = NULL;
+	assert_int_equal(meta_readlink(f->m, out.ino, &t), 0);
+	assert_string_equal(t, "../some/where");
+	free(t);
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	assert_int_equal(meta_readlink(f->m, file, &t), -EINVAL);
+	assert_null(t);
+	assert_int_equal(meta_readlink(f->m, 4242, &t), -ENOENT);
+	assert_int_equal(meta_create(f->m, ROOT, "empty", &a, "", &out),
+			 -ENOENT);
+}
+
+/* ---- link --------------------------------------------------------------- */
+
+static void test_link_adds_a_name_and_bumps_nlink_and_ctime(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	age(f->m, d);
+	struct meta_attr a = attr_of(0), out;
+	a.ctime.tv_sec = 1000;
+	assert_int_equal(meta_setattr(f->m, file, META_SET_CTIME, &a, NULL), 0);
+	assert_int_equal(meta_link(f->m, file, d, "g", &out), 0);
+	assert_int_equal(out.ino, file);
+	assert_int_equal(out.nlink, 2);
+	assert_true(out.ctime.tv_sec > 1000);
+	assert_true(out.dirty & META_DIRTY_NAME);
+	assert_int_equal(lookup_ino(f->m, d, "g"), file);
+	assert_int_equal(lookup_ino(f->m, ROOT, "f"), file);
+	struct meta_attr da = getattr(f->m, d);
+	assert_true(da.mtime.tv_sec > 1000 && da.ctime.tv_sec > 1000);
+	/* a hard link is not a subdirectory */
+	assert_int_equal(da.nlink, 2);
+}
+
+static void test_link_errors(void **state)
+{
+	struct fixture *f = *state;
+	struct meta_attr out;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	assert_int_equal(meta_link(f->m, d, ROOT, "d2", &out), -EPERM);
+	assert_int_equal(meta_link(f->m, file, ROOT, "f", &out), -EEXIST);
+	assert_int_equal(meta_link(f->m, 4242, ROOT, "x", &out), -ENOENT);
+	assert_int_equal(meta_link(f->m, file, 4242, "x", &out), -ENOENT);
+	assert_int_equal(meta_link(f->m, file, file, "x", &out), -ENOTDIR);
+	assert_int_equal(meta_link(f->m, file, ROOT, "a/b", &out), -EINVAL);
+	/* an unlinked (still open) file cannot get a name back */
+	meta_ref(f->m, file, 1);
+	assert_int_equal(meta_unlink(f->m, ROOT, "f", 0, NULL), 0);
+	assert_int_equal(meta_link(f->m, file, ROOT, "back", &out), -ENOENT);
+	assert_int_equal(meta_forget(f->m, file, 1), 1);
+}
+
+/* ---- unlink / rmdir ----------------------------------------------------- */
+
+static void test_unlink_errors(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	mkfile(f->m, d, "inner");
+	uint64_t ino = 77;
+	assert_int_equal(meta_unlink(f->m, ROOT, "nope", 0, &ino), -ENOENT);
+	assert_int_equal(ino, 77);
+	assert_int_equal(meta_unlink(f->m, ROOT, "d", 0, NULL), -EISDIR);
+	assert_int_equal(meta_unlink(f->m, ROOT, "f", 1, NULL), -ENOTDIR);
+	assert_int_equal(meta_unlink(f->m, ROOT, "d", 1, NULL), -ENOTEMPTY);
+	assert_int_equal(meta_unlink(f->m, file, "x", 0, NULL), -ENOTDIR);
+	assert_int_equal(meta_unlink(f->m, 4242, "x", 0, NULL), -ENOENT);
+	assert_int_equal(meta_unlink(f->m, ROOT, ".", 1, NULL), -EINVAL);
+	assert_int_equal(lookup_ino(f->m, ROOT, "d"), d);
+	assert_int_equal(lookup_ino(f->m, ROOT, "f"), file);
+}
+
+static void
+test_unlink_drops_nlink_then_deletes_unreferenced_inode(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	struct meta_attr out, a = attr_of(0);
+	a.size = 100;
+	assert_int_equal(meta_setattr(f->m, file, META_SET_SIZE, &a, NULL), 0);
+	assert_int_equal(meta_link(f->m, file, ROOT, "g", &out), 0);
+	age(f->m, ROOT);
+	uint64_t ino = 0;
+	assert_int_equal(meta_unlink(f->m, ROOT, "f", 0, &ino), 0);
+	assert_int_equal(ino, file);
+	assert_int_equal(getattr(f->m, file).nlink, 1);
+	assert_int_equal(lookup_ino(f->m, ROOT, "f"), 0);
+	assert_true(getattr(f->m, ROOT).mtime.tv_sec > 1000);
+	assert_true(getattr(f->m, ROOT).ctime.tv_sec > 1000);
+	uint64_t bytes, inodes;
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(bytes, 100);
+	assert_int_equal(inodes, 2);
+	/* last name, no kernel reference: gone at once */
+	assert_int_equal(meta_unlink(f->m, ROOT, "g", 0, &ino), 0);
+	assert_int_equal(meta_getattr(f->m, file, &out), -ENOENT);
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(bytes, 0);
+	assert_int_equal(inodes, 1);
+	assert_int_equal(meta_commit(f->m), 0);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM inodes"), 1);
+}
+
+static void test_rmdir_removes_empty_dir_and_fixes_parent_nlink(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkdir_(f->m, ROOT, "a");
+	uint64_t b = mkdir_(f->m, a, "b");
+	assert_int_equal(getattr(f->m, a).nlink, 3);
+	uint64_t ino = 0;
+	assert_int_equal(meta_unlink(f->m, a, "b", 1, &ino), 0);
+	assert_int_equal(ino, b);
+	assert_int_equal(getattr(f->m, a).nlink, 2);
+	struct meta_attr out;
+	assert_int_equal(meta_getattr(f->m, b, &out), -ENOENT);
+	assert_int_equal(meta_unlink(f->m, ROOT, "a", 1, NULL), 0);
+	assert_int_equal(getattr(f->m, ROOT).nlink, 2);
+}
+
+/* ---- lookup counts ------------------------------------------------------ */
+
+static void test_unlinked_open_file_lives_until_last_forget(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	assert_int_equal(meta_setxattr(f->m, file, "user.k", "v", 1, 0), 0);
+	meta_ref(f->m, file, 2);
+	meta_ref(f->m, file, 1);
+	assert_int_equal(meta_unlink(f->m, ROOT, "f", 0, NULL), 0);
+	/* still there for fstat and reads: nlink 0, no name */
+	struct meta_attr a = getattr(f->m, file);
+	assert_int_equal(a.nlink, 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "f"), 0);
+	char *path = NULL;
+	assert_int_equal(meta_path(f->m, file, &path), -ENOENT);
+	char v[4];
+	assert_int_equal(meta_getxattr(f->m, file, "user.k", v, sizeof(v)), 1);
+	assert_int_equal(meta_commit(f->m), 0);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM inodes"), 2);
+	assert_int_equal(meta_forget(f->m, file, 2), 0);
+	assert_int_equal(getattr(f->m, file).nlink, 0);
+	assert_int_equal(meta_forget(f->m, file, 1), 1);
+	assert_int_equal(meta_getattr(f->m, file, &a), -ENOENT);
+	assert_int_equal(meta_commit(f->m), 0);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM inodes"), 1);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM xattrs"), 0);
+}
+
+static void test_forget_of_linked_inode_and_root_deletes_nothing(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	meta_ref(f->m, file, 1);
+	assert_int_equal(meta_forget(f->m, file, 1), 0);
+	assert_int_equal(getattr(f->m, file).nlink, 1);
+	meta_ref(f->m, ROOT, 5);
+	assert_int_equal(meta_forget(f->m, ROOT, 5), 0);
+	assert_int_equal(getattr(f->m, ROOT).ino, ROOT);
+	assert_int_equal(meta_forget(f->m, 4242, 1), -ENOENT);
+	meta_ref(f->m, 4242, 1); /* logged, no effect */
+}
+
+static void test_orphans_are_deleted_at_reopen(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	meta_ref(f->m, file, 1);
+	meta_ref(f->m, d, 1);
+	assert_int_equal(meta_unlink(f->m, ROOT, "f", 0, NULL), 0);
+	assert_int_equal(meta_unlink(f->m, ROOT, "d", 1, NULL), 0);
+	reopen(f, SLOW_INTERVAL_MS);
+	struct meta_attr a;
+	assert_int_equal(meta_getattr(f->m, file, &a), -ENOENT);
+	assert_int_equal(meta_getattr(f->m, d, &a), -ENOENT);
+	uint64_t bytes, inodes;
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(inodes, 1);
+	assert_int_equal(getattr(f->m, ROOT).nlink, 2);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM inodes"), 1);
+}
+
+/* ---- rename ------------------------------------------------------------- */
+
+static void test_rename_moves_a_file_within_and_across_directories(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	uint64_t rep = 77;
+	age(f->m, ROOT);
+	age(f->m, d);
+	assert_int_equal(meta_rename(f->m, ROOT, "f", ROOT, "g", 0, &rep), 0);
+	assert_int_equal(rep, 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "f"), 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "g"), file);
+	assert_true(getattr(f->m, ROOT).mtime.tv_sec > 1000);
+	assert_int_equal(meta_rename(f->m, ROOT, "g", d, "h", 0, NULL), 0);
+	assert_int_equal(lookup_ino(f->m, d, "h"), file);
+	assert_int_equal(lookup_ino(f->m, ROOT, "g"), 0);
+	assert_true(getattr(f->m, d).mtime.tv_sec > 1000);
+	assert_true(getattr(f->m, file).dirty & META_DIRTY_NAME);
+	assert_int_equal(getattr(f->m, file).nlink, 1);
+	char *path = NULL;
+	assert_int_equal(meta_path(f->m, file, &path), 0);
+	assert_string_equal(path, "d/h");
+	free(path);
+	struct ents e = list_dir(f->m, ROOT);
+	assert_int_equal(e.n, 1);
+	assert_true(ents_has(&e, "d"));
+	assert_false(ents_has(&e, "f") || ents_has(&e, "g"));
+	free(e.v);
+}
+
+static void test_rename_replaces_a_file_and_reports_it(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a");
+	uint64_t b = mkfile(f->m, ROOT, "b");
+	uint64_t c = mkfile(f->m, ROOT, "c");
+	uint64_t rep = 0;
+	/* b unreferenced: deleted by the rename */
+	assert_int_equal(meta_rename(f->m, ROOT, "a", ROOT, "b", 0, &rep), 0);
+	assert_int_equal(rep, b);
+	assert_int_equal(lookup_ino(f->m, ROOT, "b"), a);
+	struct meta_attr out;
+	assert_int_equal(meta_getattr(f->m, b, &out), -ENOENT);
+	/* c referenced: lives on as an orphan */
+	meta_ref(f->m, c, 1);
+	assert_int_equal(meta_rename(f->m, ROOT, "b", ROOT, "c", 0, &rep), 0);
+	assert_int_equal(rep, c);
+	assert_int_equal(getattr(f->m, c).nlink, 0);
+	assert_int_equal(meta_forget(f->m, c, 1), 1);
+	uint64_t bytes, inodes;
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(inodes, 2);
+}
+
+static void test_rename_replacing_a_hard_link_keeps_the_other_name(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a");
+	uint64_t b = mkfile(f->m, ROOT, "b");
+	struct meta_attr out;
+	assert_int_equal(meta_link(f->m, b, ROOT, "b2", &out), 0);
+	uint64_t rep = 0;
+	assert_int_equal(meta_rename(f->m, ROOT, "a", ROOT, "b", 0, &rep), 0);
+	assert_int_equal(rep, b);
+	assert_int_equal(getattr(f->m, b).nlink, 1);
+	assert_int_equal(lookup_ino(f->m, ROOT, "b2"), b);
+	assert_int_equal(lookup_ino(f->m, ROOT, "b"), a);
+}
+
+static void test_rename_directory_over_empty_directory(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t p1 = mkdir_(f->m, ROOT, "p1");
+	uint64_t p2 = mkdir_(f->m, ROOT, "p2");
+	uint64_t src = mkdir_(f->m, p1, "src");
+	uint64_t dst = mkdir_(f->m, p2, "dst");
+	mkfile(f->m, src, "keep");
+	assert_int_equal(getattr(f->m, p1).nlink, 3);
+	assert_int_equal(getattr(f->m, p2).nlink, 3);
+	uint64_t rep = 0;
+	assert_int_equal(meta_rename(f->m, p1, "src", p2, "dst", 0, &rep), 0);
+	assert_int_equal(rep, dst);
+	assert_int_equal(lookup_ino(f->m, p2, "dst"), src);
+	assert_int_equal(getattr(f->m, p1).nlink, 2);
+	assert_int_equal(getattr(f->m, p2).nlink, 3);
+	assert_int_equal(getattr(f->m, src).nlink, 2);
+	struct meta_attr out;
+	assert_int_equal(meta_getattr(f->m, dst, &out), -ENOENT);
+	assert_int_equal(meta_lookup(f->m, src, "keep", &out), 0);
+	char *path = NULL;
+	assert_int_equal(meta_path(f->m, out.ino, &path), 0);
+	assert_string_equal(path, "p2/dst/keep");
+	free(path);
+}
+
+static void test_rename_type_mismatches_and_nonempty_target(void **state)
+{
+	struct fixture *f = *state;
+	mkdir_(f->m, ROOT, "dir");
+	uint64_t full = mkdir_(f->m, ROOT, "full");
+	mkfile(f->m, full, "x");
+	mkdir_(f->m, ROOT, "empty");
+	mkfile(f->m, ROOT, "file");
+	assert_int_equal(meta_rename(f->m, ROOT, "dir", ROOT, "file", 0, NULL),
+			 -ENOTDIR);
+	assert_int_equal(meta_rename(f->m, ROOT, "file", ROOT, "dir", 0, NULL),
+			 -EISDIR);
+	assert_int_equal(meta_rename(f->m, ROOT, "dir", ROOT, "full", 0, NULL),
+			 -ENOTEMPTY);
+	assert_int_equal(meta_rename(f->m, ROOT, "nope", ROOT, "x", 0, NULL),
+			 -ENOENT);
+	assert_int_equal(meta_rename(f->m, ROOT, "file", 4242, "x", 0, NULL),
+			 -ENOENT);
+	assert_int_equal(meta_rename(f->m, ROOT, "file", ROOT, "a/b", 0, NULL),
+			 -EINVAL);
+	assert_int_equal(
+		meta_rename(f->m, ROOT, "file", ROOT, "x", 0x100, NULL),
+		-EINVAL);
+	assert_int_equal(meta_rename(f->m, ROOT, "file", ROOT, "x",
+				     RENAME_NOREPLACE | RENAME_EXCHANGE, NULL),
+			 -EINVAL);
+	/* nothing moved */
+	assert_int_equal(getattr(f->m, ROOT).nlink, 5);
+	assert_true(lookup_ino(f->m, ROOT, "dir") != 0);
+	assert_true(lookup_ino(f->m, ROOT, "file") != 0);
+}
+
+static void test_rename_directory_into_its_own_subtree_is_einval(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkdir_(f->m, ROOT, "a");
+	uint64_t b = mkdir_(f->m, a, "b");
+	uint64_t c = mkdir_(f->m, b, "c");
+	assert_int_equal(meta_rename(f->m, ROOT, "a", a, "x", 0, NULL),
+			 -EINVAL);
+	assert_int_equal(meta_rename(f->m, ROOT, "a", c, "x", 0, NULL),
+			 -EINVAL);
+	assert_int_equal(meta_rename(f->m, a, "b", c, "b", 0, NULL), -EINVAL);
+	/* onto an ancestor: it is not empty */
+	assert_int_equal(meta_rename(f->m, b, "c", ROOT, "a", 0, NULL),
+			 -ENOTEMPTY);
+	/* moving up is fine */
+	assert_int_equal(meta_rename(f->m, b, "c", ROOT, "c", 0, NULL), 0);
+	assert_int_equal(getattr(f->m, ROOT).nlink, 4);
+	assert_int_equal(getattr(f->m, b).nlink, 2);
+	char *path = NULL;
+	assert_int_equal(meta_path(f->m, c, &path), 0);
+	assert_string_equal(path, "c");
+	free(path);
+}
+
+static void test_rename_directory_across_parents_fixes_nlink(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkdir_(f->m, ROOT, "a");
+	uint64_t b = mkdir_(f->m, ROOT, "b");
+	uint64_t sub = mkdir_(f->m, a, "sub");
+	uint64_t deep = mkfile(f->m, sub, "deep");
+	assert_int_equal(meta_rename(f->m, a, "sub", b, "moved", 0, NULL), 0);
+	assert_int_equal(getattr(f->m, a).nlink, 2);
+	assert_int_equal(getattr(f->m, b).nlink, 3);
+	assert_int_equal(getattr(f->m, sub).nlink, 2);
+	char *path = NULL;
+	assert_int_equal(meta_path(f->m, deep, &path), 0);
+	assert_string_equal(path, "b/moved/deep");
+	free(path);
+}
+
+static void test_rename_onto_the_same_inode_is_a_noop(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "a");
+	struct meta_attr out;
+	assert_int_equal(meta_link(f->m, file, ROOT, "b", &out), 0);
+	uint64_t seq0 = 0, seq1 = 0, rep = 77;
+	assert_int_equal(meta_change_seq(f->m, file, &seq0), 0);
+	assert_int_equal(meta_rename(f->m, ROOT, "a", ROOT, "b", 0, &rep), 0);
+	assert_int_equal(rep, 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "a"), file);
+	assert_int_equal(lookup_ino(f->m, ROOT, "b"), file);
+	assert_int_equal(getattr(f->m, file).nlink, 2);
+	assert_int_equal(meta_rename(f->m, ROOT, "a", ROOT, "a", 0, NULL), 0);
+	assert_int_equal(meta_change_seq(f->m, file, &seq1), 0);
+	assert_int_equal(seq0, seq1);
+}
+
+static void test_rename_noreplace_refuses_an_existing_target(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a");
+	uint64_t b = mkfile(f->m, ROOT, "b");
+	assert_int_equal(
+		meta_rename(f->m, ROOT, "a", ROOT, "b", RENAME_NOREPLACE, NULL),
+		-EEXIST);
+	assert_int_equal(lookup_ino(f->m, ROOT, "a"), a);
+	assert_int_equal(lookup_ino(f->m, ROOT, "b"), b);
+	assert_int_equal(
+		meta_rename(f->m, ROOT, "a", ROOT, "c", RENAME_NOREPLACE, NULL),
+		0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "c"), a);
+}
+
+static void test_rename_exchange_swaps_file_and_directory(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t p1 = mkdir_(f->m, ROOT, "p1");
+	uint64_t p2 = mkdir_(f->m, ROOT, "p2");
+	uint64_t file = mkfile(f->m, p1, "x");
+	uint64_t dir = mkdir_(f->m, p2, "y");
+	uint64_t inner = mkfile(f->m, dir, "inner");
+	uint64_t rep = 77;
+	assert_int_equal(
+		meta_rename(f->m, p1, "x", p2, "y", RENAME_EXCHANGE, &rep), 0);
+	assert_int_equal(rep, 0);
+	assert_int_equal(lookup_ino(f->m, p1, "x"), dir);
+	assert_int_equal(lookup_ino(f->m, p2, "y"), file);
+	assert_int_equal(getattr(f->m, p1).nlink, 3);
+	assert_int_equal(getattr(f->m, p2).nlink, 2);
+	char *path = NULL;
+	assert_int_equal(meta_path(f->m, inner, &path), 0);
+	assert_string_equal(path, "p1/x/inner");
+	free(path);
+	assert_int_equal(
+		meta_rename(f->m, p1, "x", p2, "nope", RENAME_EXCHANGE, NULL),
+		-ENOENT);
+	/* a directory cannot be exchanged with something inside it */
+	assert_int_equal(
+		meta_rename(f->m, p1, "x", dir, "inner", RENAME_EXCHANGE, NULL),
+		-EINVAL);
+}
+
+/* ---- setattr ------------------------------------------------------------ */
+
+static void test_setattr_chmod_chown_truncate_set_ctime_now(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	struct meta_attr a = attr_of(0), out;
+	a.ctime.tv_sec = 1000;
+	a.mtime.tv_sec = 1000;
+	assert_int_equal(meta_setattr(f->m, file,
+				      META_SET_CTIME | META_SET_MTIME, &a,
+				      &out),
+			 0);
+	assert_int_equal(out.ctime.tv_sec, 1000);
+
+	a.mode = S_IFDIR | 04755; /* type bits are ignored */
+	assert_int_equal(meta_setattr(f->m, file, META_SET_MODE, &a, &out), 0);
+	assert_int_equal(out.mode, S_IFREG | 04755);
+	assert_true(out.ctime.tv_sec > 1000);
+	assert_int_equal(out.mtime.tv_sec, 1000);
+	assert_true(out.dirty & META_DIRTY_ATTR);
+
+	assert_int_equal(meta_setattr(f->m, file, META_SET_CTIME, &a, &out), 0);
+	a.uid = 7;
+	a.gid = 8;
+	assert_int_equal(
+		meta_setattr(f->m, file, META_SET_UID | META_SET_GID, &a, &out),
+		0);
+	assert_int_equal(out.uid, 7);
+	assert_int_equal(out.gid, 8);
+	assert_true(out.ctime.tv_sec > 1000);
+
+	assert_int_equal(meta_setattr(f->m, file,
+				      META_SET_CTIME | META_SET_MTIME, &a,
+				      &out),
+			 0);
+	a.size = 4096;
+	assert_int_equal(meta_setattr(f->m, file, META_SET_SIZE, &a, &out), 0);
+	assert_int_equal(out.size, 4096);
+	assert_true(out.ctime.tv_sec > 1000);
+	assert_true(out.mtime.tv_sec > 1000);
+	assert_true(out.dirty & META_DIRTY_DATA);
+	struct meta_attr g = getattr(f->m, file);
+	assert_memory_equal(&out, &g, sizeof(out));
+}
+
+static void test_setattr_times_take_the_given_values(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	struct meta_attr a = attr_of(0), out;
+	a.atime = (struct timespec){111, 222};
+	a.mtime = (struct timespec){333, 444};
+	a.ctime = (struct timespec){555, 666};
+	assert_int_equal(meta_setattr(f->m, file,
+				      META_SET_ATIME | META_SET_MTIME, &a,
+				      &out),
+			 0);
+	assert_int_equal(out.atime.tv_sec, 111);
+	assert_int_equal(out.atime.tv_nsec, 222);
+	assert_int_equal(out.mtime.tv_sec, 333);
+	assert_int_equal(out.mtime.tv_nsec, 444);
+	assert_true(out.ctime.tv_sec > 1000); /* utimensat moves ctime */
+	assert_int_equal(meta_setattr(f->m, file, META_SET_CTIME, &a, &out), 0);
+	assert_int_equal(out.ctime.tv_sec, 555);
+	assert_int_equal(out.ctime.tv_nsec, 666);
+	a.mtime.tv_nsec = 1000000000L;
+	assert_int_equal(meta_setattr(f->m, file, META_SET_MTIME, &a, &out),
+			 -EINVAL);
+}
+
+static void test_setattr_errors(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	struct meta_attr l = attr_of(S_IFLNK | 0777), out;
+	assert_int_equal(meta_create(f->m, ROOT, "l", &l, "t", &out), 0);
+	struct meta_attr a = attr_of(0);
+	a.size = 1;
+	assert_int_equal(meta_setattr(f->m, d, META_SET_SIZE, &a, NULL),
+			 -EISDIR);
+	assert_int_equal(meta_setattr(f->m, out.ino, META_SET_SIZE, &a, NULL),
+			 -EINVAL);
+	assert_int_equal(meta_setattr(f->m, 4242, META_SET_MODE, &a, NULL),
+			 -ENOENT);
+	assert_int_equal(meta_setattr(f->m, d, 0x8000, &a, NULL), -EINVAL);
+}
+
+static void test_usage_counts_regular_file_bytes_and_inodes(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t x = mkfile(f->m, ROOT, "x");
+	uint64_t y = mkfile(f->m, ROOT, "y");
+	mkdir_(f->m, ROOT, "d");
+	struct meta_attr a = attr_of(0);
+	a.size = 1000;
+	assert_int_equal(meta_setattr(f->m, x, META_SET_SIZE, &a, NULL), 0);
+	a.size = 24;
+	assert_int_equal(meta_setattr(f->m, y, META_SET_SIZE, &a, NULL), 0);
+	uint64_t bytes, inodes;
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(bytes, 1024);
+	assert_int_equal(inodes, 4);
+	a.size = 10;
+	assert_int_equal(meta_setattr(f->m, x, META_SET_SIZE, &a, NULL), 0);
+	assert_int_equal(meta_unlink(f->m, ROOT, "y", 0, NULL), 0);
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(bytes, 10);
+	assert_int_equal(inodes, 3);
+}
+
+/* ---- xattrs ------------------------------------------------------------- */
+
+static void test_xattr_set_get_list_remove(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	char buf[64];
+	assert_int_equal(meta_setxattr(f->m, file, "user.a", "hello", 5, 0), 0);
+	assert_int_equal(
+		meta_setxattr(f->m, file, "user.b", "\0\1\2", 3, XATTR_CREATE),
+		0);
+	assert_int_equal(meta_setxattr(f->m, file, "user.empty", NULL, 0, 0),
+			 0);
+	assert_int_equal(meta_getxattr(f->m, file, "user.a", NULL, 0), 5);
+	assert_int_equal(meta_getxattr(f->m, file, "user.a", buf, sizeof(buf)),
+			 5);
+	assert_memory_equal(buf, "hello", 5);
+	assert_int_equal(meta_getxattr(f->m, file, "user.b", buf, 3), 3);
+	assert_memory_equal(buf, "\0\1\2", 3);
+	assert_int_equal(meta_getxattr(f->m, file, "user.empty", buf, 8), 0);
+	assert_int_equal(meta_getxattr(f->m, file, "user.a", buf, 4), -ERANGE);
+	assert_int_equal(meta_getxattr(f->m, file, "user.zz", buf, 8),
+			 -ENODATA);
+
+	const char want[] = "user.a\0user.b\0user.empty";
+	assert_int_equal(meta_listxattr(f->m, file, NULL, 0), sizeof(want));
+	assert_int_equal(meta_listxattr(f->m, file, buf, sizeof(buf)),
+			 sizeof(want));
+	assert_memory_equal(buf, want, sizeof(want));
+	assert_int_equal(meta_listxattr(f->m, file, buf, 5), -ERANGE);
+
+	/* replacing keeps the list order */
+	assert_int_equal(
+		meta_setxattr(f->m, file, "user.a", "bye", 3, XATTR_REPLACE),
+		0);
+	assert_int_equal(meta_getxattr(f->m, file, "user.a", buf, sizeof(buf)),
+			 3);
+	assert_memory_equal(buf, "bye", 3);
+	assert_int_equal(meta_listxattr(f->m, file, buf, sizeof(buf)),
+			 sizeof(want));
+	assert_memory_equal(buf, want, sizeof(want));
+
+	assert_int_equal(meta_removexattr(f->m, file, "user.a"), 0);
+	assert_int_equal(meta_getxattr(f->m, file, "user.a", buf, sizeof(buf)),
+			 -ENODATA);
+	assert_int_equal(meta_removexattr(f->m, file, "user.a"), -ENODATA);
+	const char want2[] = "user.b\0user.empty";
+	assert_int_equal(meta_listxattr(f->m, file, buf, sizeof(buf)),
+			 sizeof(want2));
+	assert_memory_equal(buf, want2, sizeof(want2));
+}
+
+static void test_xattr_flags_and_errors(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	assert_int_equal(
+		meta_setxattr(f->m, file, "user.a", "1", 1, XATTR_REPLACE),
+		-ENODATA);
+	assert_int_equal(meta_setxattr(f->m, file, "user.a", "1", 1, 0), 0);
+	assert_int_equal(
+		meta_setxattr(f->m, file, "user.a", "2", 1, XATTR_CREATE),
+		-EEXIST);
+	char v;
+	assert_int_equal(meta_getxattr(f->m, file, "user.a", &v, 1), 1);
+	assert_int_equal(v, '1');
+	assert_int_equal(meta_setxattr(f->m, 4242, "user.a", "1", 1, 0),
+			 -ENOENT);
+	assert_int_equal(meta_getxattr(f->m, 4242, "user.a", &v, 1), -ENOENT);
+	assert_int_equal(meta_listxattr(f->m, 4242, NULL, 0), -ENOENT);
+	assert_int_equal(meta_removexattr(f->m, 4242, "user.a"), -ENOENT);
+	assert_int_equal(meta_setxattr(f->m, file, "", "1", 1, 0), -ERANGE);
+	assert_int_equal(meta_setxattr(f->m, file, "user.a", "1", 1, 0x40),
+			 -EINVAL);
+	assert_int_equal(meta_listxattr(f->m, mkfile(f->m, ROOT, "g"), NULL, 0),
+			 0);
+}
+
+static void test_xattr_change_sets_ctime_and_dirty_attr(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	struct meta_attr a = attr_of(0);
+	a.ctime.tv_sec = 1000;
+	assert_int_equal(meta_setattr(f->m, file, META_SET_CTIME, &a, NULL), 0);
+	uint64_t seq0 = 0, seq1 = 0;
+	assert_int_equal(meta_change_seq(f->m, file, &seq0), 0);
+	assert_int_equal(meta_clear_dirty(f->m, file, META_DIRTY_ATTR, seq0),
+			 0);
+	assert_int_equal(meta_setxattr(f->m, file, "user.a", "1", 1, 0), 0);
+	struct meta_attr g = getattr(f->m, file);
+	assert_true(g.ctime.tv_sec > 1000);
+	assert_true(g.dirty & META_DIRTY_ATTR);
+	assert_int_equal(meta_change_seq(f->m, file, &seq1), 0);
+	assert_true(seq1 > seq0);
+}
+
+/* ---- readdir ------------------------------------------------------------ */
+
+static void test_readdir_lists_in_creation_order_and_resumes(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	const char *names[] = {"z", "a", "m", "b"};
+	uint64_t inos[4];
+	for (int i = 0; i < 4; i++)
+		inos[i] = mkfile(f->m, d, names[i]);
+	struct ents e = list_dir(f->m, d);
+	assert_int_equal(e.n, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_string_equal(e.v[i].name, names[i]);
+		assert_int_equal(e.v[i].ino, inos[i]);
+		assert_true(i == 0 || e.v[i].off > e.v[i - 1].off);
+	}
+	/* resuming at the second entry's position gives the last two */
+	struct ents r = {0};
+	assert_int_equal(meta_readdir(f->m, d, e.v[1].off, collect, &r), 0);
+	assert_int_equal(r.n, 2);
+	assert_string_equal(r.v[0].name, "m");
+	assert_string_equal(r.v[1].name, "b");
+	/* a callback that stops: only what it took */
+	struct ents one = {.limit = 1};
+	assert_int_equal(meta_readdir(f->m, d, 0, collect, &one), 0);
+	assert_int_equal(one.n, 1);
+	assert_string_equal(one.v[0].name, "z");
+	/* past the end: nothing */
+	struct ents none = {0};
+	assert_int_equal(meta_readdir(f->m, d, e.v[3].off, collect, &none), 0);
+	assert_int_equal(none.n, 0);
+	free(e.v);
+	free(r.v);
+	free(one.v);
+}
+
+static void test_readdir_errors(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	struct ents e = {0};
+	assert_int_equal(meta_readdir(f->m, 4242, 0, collect, &e), -ENOENT);
+	assert_int_equal(meta_readdir(f->m, file, 0, collect, &e), -ENOTDIR);
+	assert_int_equal(e.n, 0);
+}
+
+static void
+test_readdir_positions_survive_deletes_during_iteration(void **state)
+{
+	struct fixture *f = *state;
+	enum { N = 200, BATCH = 7 };
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	char name[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "e%03d", i);
+		mkfile(f->m, d, name);
+	}
+	int seen[N] = {0};
+	uint64_t off = 0;
+	int added = 0;
+	for (;;) {
+		struct ents b = {.limit = BATCH};
+		assert_int_equal(meta_readdir(f->m, d, off, collect, &b), 0);
+		if (b.n == 0) {
+			free(b.v);
+			break;
+		}
+		for (size_t i = 0; i < b.n; i++) {
+			int k = -1;
+			if (sscanf(b.v[i].name, "e%d", &k) == 1) {
+				assert_true(k >= 0 && k < N);
+				seen[k]++;
+			}
+			/* delete what was returned, the entry the next
+			 * position points at included */
+			assert_int_equal(
+				meta_unlink(f->m, d, b.v[i].name, 0, NULL), 0);
+		}
+		/* and also an entry not yet returned, and add new ones */
+		int ahead = -1;
+		sscanf(b.v[b.n - 1].name, "e%d", &ahead);
+		if (ahead >= 0 && ahead + 3 < N) {
+			snprintf(name, sizeof(name), "e%03d", ahead + 3);
+			if (lookup_ino(f->m, d, name)) {
+				assert_int_equal(
+					meta_unlink(f->m, d, name, 0, NULL), 0);
+				seen[ahead + 3] = -100; /* must not appear */
+			}
+		}
+		if (added < 10) { /* new entries come after the position */
+			snprintf(name, sizeof(name), "new%d", added++);
+			mkfile(f->m, d, name);
+		}
+		off = b.v[b.n - 1].off;
+		free(b.v);
+	}
+	for (int i = 0; i < N; i++)
+		assert_true(seen[i] == 1 || seen[i] == -100);
+	struct ents rest = list_dir(f->m, d);
+	assert_int_equal(rest.n, 0); /* the new ones were returned, deleted */
+	free(rest.v);
+}
+
+/* ---- paths, dirty flags, etags ------------------------------------------ */
+
+static void test_path_walks_first_names_to_the_root(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkdir_(f->m, ROOT, "a");
+	uint64_t b = mkdir_(f->m, a, "b");
+	uint64_t c = mkfile(f->m, b, "c");
+	char *p = NULL;
+	assert_int_equal(meta_path(f->m, c, &p), 0);
+	assert_string_equal(p, "a/b/c");
+	free(p);
+	assert_int_equal(meta_path(f->m, a, &p), 0);
+	assert_string_equal(p, "a");
+	free(p);
+	/* a hard link: the first name counts until it goes */
+	struct meta_attr out;
+	assert_int_equal(meta_link(f->m, c, ROOT, "alias", &out), 0);
+	assert_int_equal(meta_path(f->m, c, &p), 0);
+	assert_string_equal(p, "a/b/c");
+	free(p);
+	assert_int_equal(meta_unlink(f->m, b, "c", 0, NULL), 0);
+	assert_int_equal(meta_path(f->m, c, &p), 0);
+	assert_string_equal(p, "alias");
+	free(p);
+	assert_int_equal(meta_path(f->m, 4242, &p), -ENOENT);
+	assert_null(p);
+}
+
+static void test_path_nth_names_every_hard_link(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t c = mkfile(f->m, d, "c");
+	struct meta_attr out;
+	char *p = NULL;
+	assert_int_equal(meta_link(f->m, c, ROOT, "second", &out), 0);
+	assert_int_equal(meta_link(f->m, c, d, "third", &out), 0);
+	const char *want[] = {"d/c", "second", "d/third"};
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(meta_path_nth(f->m, c, i, &p), 0);
+		assert_string_equal(p, want[i]);
+		free(p);
+	}
+	assert_int_equal(meta_path_nth(f->m, c, 3, &p), -ENOENT);
+	assert_null(p);
+	assert_int_equal(meta_path_nth(f->m, ROOT, 0, &p), 0);
+	assert_string_equal(p, "");
+	free(p);
+	assert_int_equal(meta_path_nth(f->m, ROOT, 1, &p), -ENOENT);
+}
+
+static void test_lookup_ref_keeps_an_unlinked_inode_alive(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t c = mkfile(f->m, ROOT, "c");
+	struct meta_attr a;
+	uint64_t gone;
+	assert_int_equal(meta_lookup_ref(f->m, ROOT, "c", &a), 0);
+	assert_int_equal(a.ino, c);
+	/* the reference taken with the lookup keeps it after its last name */
+	assert_int_equal(meta_unlink(f->m, ROOT, "c", 0, &gone), 0);
+	assert_int_equal(meta_getattr(f->m, c, &a), 0);
+	assert_int_equal(a.nlink, 0);
+	assert_int_equal(meta_forget(f->m, c, 1), 1);
+	assert_int_equal(meta_getattr(f->m, c, &a), -ENOENT);
+	assert_int_equal(meta_lookup_ref(f->m, ROOT, "c", &a), -ENOENT);
+}
+
+static void test_clear_dirty_only_when_change_seq_is_unchanged(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	uint64_t seq0 = 0, seq1 = 0, seq2 = 0;
+	assert_int_equal(meta_change_seq(f->m, file, &seq0), 0);
+	assert_int_equal(meta_set_dirty(f->m, file, META_DIRTY_DATA), 0);
+	assert_int_equal(meta_change_seq(f->m, file, &seq1), 0);
+	assert_true(seq1 > seq0);
+	assert_int_equal(getattr(f->m, file).dirty,
+			 META_DIRTY_NAME | META_DIRTY_DATA);
+	/* the uploader saw seq1; a write comes in during the upload */
+	assert_int_equal(meta_set_dirty(f->m, file, META_DIRTY_DATA), 0);
+	assert_int_equal(meta_clear_dirty(f->m, file,
+					  META_DIRTY_DATA | META_DIRTY_NAME,
+					  seq1),
+			 -EAGAIN);
+	assert_int_equal(getattr(f->m, file).dirty,
+			 META_DIRTY_NAME | META_DIRTY_DATA);
+	/* the next upload sees the current counter and clears */
+	assert_int_equal(meta_change_seq(f->m, file, &seq2), 0);
+	assert_int_equal(meta_set_etag(f->m, file, "\"abc\""), 0);
+	assert_int_equal(meta_clear_dirty(f->m, file, META_DIRTY_DATA, seq2),
+			 0);
+	assert_int_equal(getattr(f->m, file).dirty, META_DIRTY_NAME);
+	assert_int_equal(meta_clear_dirty(f->m, file, META_DIRTY_NAME, seq2),
+			 0);
+	assert_int_equal(getattr(f->m, file).dirty, 0);
+	uint64_t seq3 = 0;
+	assert_int_equal(meta_change_seq(f->m, file, &seq3), 0);
+	assert_int_equal(seq3, seq2); /* bookkeeping is not a change */
+	assert_int_equal(meta_set_dirty(f->m, file, 0x80), -EINVAL);
+	assert_int_equal(meta_set_dirty(f->m, 4242, META_DIRTY_DATA), -ENOENT);
+	assert_int_equal(meta_clear_dirty(f->m, 4242, 1, 0), -ENOENT);
+	assert_int_equal(meta_change_seq(f->m, 4242, &seq3), -ENOENT);
+}
+
+static void test_every_change_bumps_change_seq(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	uint64_t prev = 0, cur = 0;
+	struct meta_attr a = attr_of(0644), out;
+	assert_int_equal(meta_change_seq(f->m, file, &prev), 0);
+#define BUMPED()                                                               \
+	do {                                                                   \
+		assert_int_equal(meta_change_seq(f->m, file, &cur), 0);        \
+		assert_true(cur > prev);                                       \
+		prev = cur;                                                    \
+	} while (0)
+	assert_int_equal(meta_setattr(f->m, file, META_SET_MODE, &a, NULL), 0);
+	BUMPED();
+	assert_int_equal(meta_link(f->m, file, ROOT, "g", &out), 0);
+	BUMPED();
+	assert_int_equal(meta_rename(f->m, ROOT, "g", ROOT, "h", 0, NULL), 0);
+	BUMPED();
+	assert_int_equal(meta_unlink(f->m, ROOT, "h", 0, NULL), 0);
+	BUMPED();
+	assert_int_equal(meta_setxattr(f->m, file, "user.x", "1", 1, 0), 0);
+	BUMPED();
+	assert_int_equal(meta_removexattr(f->m, file, "user.x"), 0);
+	BUMPED();
+#undef BUMPED
+}
+
+static void test_etag_roundtrip_and_short_buffer(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	char buf[64];
+	assert_int_equal(meta_get_etag(f->m, file, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "");
+	assert_int_equal(meta_set_etag(f->m, file, "\"0123456789abcdef\""), 0);
+	assert_int_equal(meta_get_etag(f->m, file, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "\"0123456789abcdef\"");
+	assert_int_equal(meta_get_etag(f->m, file, buf, 5), -ERANGE);
+	assert_int_equal(meta_set_etag(f->m, file, ""), 0);
+	assert_int_equal(meta_get_etag(f->m, file, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "");
+	assert_int_equal(meta_set_etag(f->m, 4242, "x"), -ENOENT);
+	assert_int_equal(meta_get_etag(f->m, 4242, buf, sizeof(buf)), -ENOENT);
+}
+
+/* ---- persistence -------------------------------------------------------- */
+
+static void build_tree(struct meta *m)
+{
+	uint64_t home = mkdir_(m, ROOT, "home");
+	uint64_t proj = mkdir_(m, home, "proj");
+	uint64_t nb = mkfile(m, proj, "notebook.ipynb");
+	uint64_t data = mkfile(m, home, "data.csv");
+	struct meta_attr a = attr_of(0), out;
+	a.size = 12345;
+	a.mtime = (struct timespec){1700000000, 123456789};
+	assert_int_equal(
+		meta_setattr(m, data, META_SET_SIZE | META_SET_MTIME, &a, NULL),
+		0);
+	struct meta_attr l = attr_of(S_IFLNK | 0777);
+	assert_int_equal(
+		meta_create(m, home, "latest", &l, "proj/notebook.ipynb", &out),
+		0);
+	assert_int_equal(meta_link(m, nb, home, "hardlink", &out), 0);
+	assert_int_equal(meta_link(m, nb, ROOT, "hardlink2", &out), 0);
+	assert_int_equal(meta_setxattr(m, nb, "user.kernel", "python3", 7, 0),
+			 0);
+	assert_int_equal(meta_setxattr(m, nb, "user.bin", "\0\xff", 2, 0), 0);
+	assert_int_equal(meta_setxattr(m, home, "user.dir", "d", 1, 0), 0);
+	assert_int_equal(meta_set_etag(m, data, "\"e1\""), 0);
+	uint64_t seq = 0;
+	assert_int_equal(meta_change_seq(m, data, &seq), 0);
+	assert_int_equal(meta_clear_dirty(m, data, META_DIRTY_NAME, seq), 0);
+	assert_int_equal(meta_set_dirty(m, nb, META_DIRTY_DATA), 0);
+	struct meta_attr c = attr_of(S_IFCHR | 0600);
+	c.rdev = 0x0103;
+	assert_int_equal(meta_create(m, home, "null", &c, NULL, &out), 0);
+	mkdir_(m, proj, "empty");
+	mkfile(m, ROOT, "gone");
+	assert_int_equal(meta_rename(m, ROOT, "gone", proj, "moved", 0, NULL),
+			 0);
+}
+
+static void test_reopen_restores_everything_exactly(void **state)
+{
+	struct fixture *f = *state;
+	build_tree(f->m);
+	char *before = dump(f->m);
+	reopen(f, SLOW_INTERVAL_MS);
+	char *after = dump(f->m);
+	assert_string_equal(before, after);
+	assert_int_equal(meta_check(f->m), 0);
+	/* positions kept their values; new entries still go after them */
+	uint64_t home = lookup_ino(f->m, ROOT, "home");
+	struct ents e1 = list_dir(f->m, home);
+	mkfile(f->m, home, "later");
+	struct ents e2 = list_dir(f->m, home);
+	assert_int_equal(e2.n, e1.n + 1);
+	assert_string_equal(e2.v[e2.n - 1].name, "later");
+	assert_true(e2.v[e2.n - 1].off > e1.v[e1.n - 1].off);
+	free(e1.v);
+	free(e2.v);
+	free(before);
+	free(after);
+}
+
+/* ---- crash safety ------------------------------------------------------- */
+
+static struct meta *child_open(const char *path, unsigned interval)
+{
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = path;
+	cfg.commit_interval_ms = interval;
+	struct meta *m = NULL;
+	if (meta_open(&cfg, &m) != 0)
+		_exit(10);
+	return m;
+}
+
+static int child_mk(struct meta *m, uint64_t parent, const char *name,
+		    uint32_t mode, uint64_t *ino)
+{
+	struct meta_attr a = attr_of(mode), out;
+	int rc = meta_create(m, parent, name, &a, NULL, &out);
+	if (ino)
+		*ino = out.ino;
+	return rc;
+}
+
+static void crash_after_commit(struct fixture *f, int use_sigkill)
+{
+	meta_close(f->m);
+	f->m = NULL;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct meta *m = child_open(f->path, SLOW_INTERVAL_MS);
+		uint64_t d = 0, x = 0;
+		if (child_mk(m, ROOT, "committed_dir", S_IFDIR | 0755, &d) ||
+		    child_mk(m, d, "committed_file", S_IFREG | 0644, &x) ||
+		    meta_setxattr(m, x, "user.k", "v", 1, 0) ||
+		    meta_commit(m) != 0)
+			_exit(11);
+		if (child_mk(m, ROOT, "uncommitted", S_IFREG | 0644, NULL) ||
+		    meta_rename(m, d, "committed_file", ROOT, "moved", 0,
+				NULL) ||
+		    meta_unlink(m, ROOT, "committed_dir", 1, NULL))
+			_exit(12);
+		if (use_sigkill)
+			raise(SIGKILL);
+		_exit(0);
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (use_sigkill) {
+		assert_true(WIFSIGNALED(status));
+		assert_int_equal(WTERMSIG(status), SIGKILL);
+	} else {
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	assert_int_equal(meta_check(f->m), 0);
+	uint64_t d = lookup_ino(f->m, ROOT, "committed_dir");
+	assert_true(d != 0);
+	uint64_t x = lookup_ino(f->m, d, "committed_file");
+	assert_true(x != 0);
+	char v;
+	assert_int_equal(meta_getxattr(f->m, x, "user.k", &v, 1), 1);
+	assert_int_equal(lookup_ino(f->m, ROOT, "uncommitted"), 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "moved"), 0);
+	assert_int_equal(getattr(f->m, ROOT).nlink, 3);
+	char *ok = peek_text(f->path, "PRAGMA integrity_check");
+	assert_string_equal(ok, "ok");
+	free(ok);
+}
+
+static void test_sigkill_keeps_committed_and_drops_uncommitted(void **state)
+{
+	crash_after_commit(*state, 1);
+}
+
+static void test_exit_without_close_keeps_committed_only(void **state)
+{
+	crash_after_commit(*state, 0);
+}
+
+static void test_sigkill_mid_stream_never_leaves_a_torn_tree(void **state)
+{
+	struct fixture *f = *state;
+	meta_close(f->m);
+	f->m = NULL;
+	int pfd[2];
+	assert_int_equal(pipe(pfd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		struct meta *m = child_open(f->path, 1);
+		char name[64], other[64];
+		uint64_t d = 0;
+		if (child_mk(m, ROOT, "base", S_IFDIR | 0755, &d) ||
+		    meta_commit(m))
+			_exit(11);
+		for (unsigned i = 0;; i++) {
+			/* after 20 rounds, give the timer time to commit,
+			 * then tell the parent to kill at will */
+			if (i == 20) {
+				sleep_ms(50);
+				if (write(pfd[1], "x", 1) != 1)
+					_exit(12);
+			}
+			uint64_t sub = 0, file = 0;
+			snprintf(name, sizeof(name), "d%u", i);
+			if (child_mk(m, d, name, S_IFDIR | 0755, &sub) ||
+			    child_mk(m, sub, "f", S_IFREG | 0644, &file))
+				_exit(13);
+			struct meta_attr out;
+			snprintf(other, sizeof(other), "l%u", i);
+			if (meta_link(m, file, d, other, &out) ||
+			    meta_setxattr(m, file, "user.i", &i, sizeof(i), 0))
+				_exit(14);
+			if (i % 3 == 0 &&
+			    (meta_rename(m, d, name, ROOT, name, 0, NULL) ||
+			     meta_unlink(m, d, other, 0, NULL)))
+				_exit(15);
+		}
+	}
+	close(pfd[1]);
+	char c;
+	assert_int_equal(read(pfd[0], &c, 1), 1);
+	close(pfd[0]);
+	sleep_ms(30);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	assert_int_equal(meta_check(f->m), 0);
+	assert_true(lookup_ino(f->m, ROOT, "base") != 0);
+	char *ok = peek_text(f->path, "PRAGMA integrity_check");
+	assert_string_equal(ok, "ok");
+	free(ok);
+	/* the group commits kept the first 20 rounds at least */
+	uint64_t base = lookup_ino(f->m, ROOT, "base");
+	struct ents e = list_dir(f->m, base);
+	assert_true(e.n >= 20);
+	free(e.v);
+}
+
+/* ---- commits ------------------------------------------------------------ */
+
+static void test_group_commit_lands_without_meta_commit(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, 20);
+	mkfile(f->m, ROOT, "grouped");
+	int found = 0;
+	for (int i = 0; i < 200 && !found; i++) {
+		found = count_name(f->path, "grouped") == 1;
+		if (!found)
+			sleep_ms(10);
+	}
+	assert_true(found);
+}
+
+static void test_meta_commit_makes_changes_visible(void **state)
+{
+	struct fixture *f = *state;
+	mkfile(f->m, ROOT, "pending");
+	assert_int_equal(count_name(f->path, "pending"), 0);
+	assert_int_equal(meta_commit(f->m), 0);
+	assert_int_equal(count_name(f->path, "pending"), 1);
+	assert_int_equal(meta_commit(f->m), 0); /* nothing open: fine */
+}
+
+static void test_interval_zero_commits_every_change(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, 0);
+	mkfile(f->m, ROOT, "at_once");
+	assert_int_equal(count_name(f->path, "at_once"), 1);
+	assert_int_equal(meta_unlink(f->m, ROOT, "at_once", 0, NULL), 0);
+	assert_int_equal(count_name(f->path, "at_once"), 0);
+}
+
+static void test_close_commits_pending_changes(void **state)
+{
+	struct fixture *f = *state;
+	mkfile(f->m, ROOT, "at_close");
+	meta_close(f->m);
+	f->m = NULL;
+	assert_int_equal(count_name(f->path, "at_close"), 1);
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	assert_true(lookup_ino(f->m, ROOT, "at_close") != 0);
+}
+
+/* ---- scale -------------------------------------------------------------- */
+
+static void test_ten_thousand_files_in_one_directory(void **state)
+{
+	struct fixture *f = *state;
+	enum { N = 10000 };
+	uint64_t d = mkdir_(f->m, ROOT, "big");
+	char name[32];
+	uint64_t *inos = calloc(N, sizeof(*inos));
+	assert_non_null(inos);
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "file-%05d", i);
+		inos[i] = mkfile(f->m, d, name);
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "file-%05d", i);
+		assert_int_equal(lookup_ino(f->m, d, name), inos[i]);
+	}
+	/* readdir in reply-sized batches, as FUSE does */
+	size_t total = 0;
+	uint64_t off = 0;
+	for (;;) {
+		struct ents b = {.limit = 100};
+		assert_int_equal(meta_readdir(f->m, d, off, collect, &b), 0);
+		if (!b.n) {
+			free(b.v);
+			break;
+		}
+		for (size_t i = 0; i < b.n; i++)
+			assert_int_equal(b.v[i].ino, inos[total + i]);
+		total += b.n;
+		off = b.v[b.n - 1].off;
+		free(b.v);
+	}
+	assert_int_equal(total, N);
+	assert_int_equal(meta_check(f->m), 0);
+	assert_int_equal(meta_commit(f->m), 0);
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "file-%05d", i);
+		assert_int_equal(meta_unlink(f->m, d, name, 0, NULL), 0);
+	}
+	struct ents e = list_dir(f->m, d);
+	assert_int_equal(e.n, 0);
+	free(e.v);
+	uint64_t bytes, inodes;
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(inodes, 2);
+	assert_int_equal(meta_unlink(f->m, ROOT, "big", 1, NULL), 0);
+	free(inos);
+}
+
+struct worker {
+	struct meta *m;
+	uint64_t dir, dir2; /* this worker's own: no cross-talk */
+	int failures;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	char name[32];
+	for (int i = 0; i < 300; i++) {
+		struct meta_attr a = attr_of(S_IFREG | 0644), out;
+		snprintf(name, sizeof(name), "f%d", i);
+		if (meta_create(w->m, w->dir, name, &a, NULL, &out) != 0 ||
+		    meta_setxattr(w->m, out.ino, "user.n", &i, sizeof(i), 0) ||
+		    meta_rename(w->m, w->dir, name, w->dir2, name, 0, NULL))
+			w->failures++;
+		if (i % 2 && meta_unlink(w->m, w->dir2, name, 0, NULL) != 0)
+			w->failures++;
+	}
+	return NULL;
+}
+
+static void
+test_concurrent_changes_with_group_commit_stay_consistent(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, 1);
+	enum { W = 4 };
+	pthread_t th[W];
+	struct worker w[W];
+	int started = 0, join_errors = 0;
+	char name[32];
+	for (int i = 0; i < W; i++) {
+		snprintf(name, sizeof(name), "w%d", i);
+		w[i] = (struct worker){.m = f->m};
+		w[i].dir = mkdir_(f->m, ROOT, name);
+		snprintf(name, sizeof(name), "w%d-done", i);
+		w[i].dir2 = mkdir_(f->m, ROOT, name);
+	}
+	for (int i = 0; i < W; i++)
+		if (pthread_create(&th[i], NULL, worker_main, &w[i]) == 0)
+			started++;
+	/* join all before any assertion can leave this frame */
+	for (int i = 0; i < started; i++)
+		join_errors += pthread_join(th[i], NULL) != 0;
+	assert_int_equal(started, W);
+	assert_int_equal(join_errors, 0);
+	for (int i = 0; i < W; i++) {
+		assert_int_equal(w[i].failures, 0);
+		struct ents e = list_dir(f->m, w[i].dir2);
+		assert_int_equal(e.n, 150);
+		free(e.v);
+	}
+	assert_int_equal(meta_check(f->m), 0);
+	char *before = dump(f->m);
+	reopen(f, SLOW_INTERVAL_MS);
+	char *after = dump(f->m);
+	assert_string_equal(before, after);
+	free(before);
+	free(after);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_new_store_has_root_directory_from_config),
+		T(test_store_file_is_wal_with_versioned_schema),
+		T(test_open_rejects_a_foreign_sqlite_file),
+		T(test_open_rejects_a_file_that_is_not_sqlite),
+		T(test_open_rejects_an_unknown_format_version),
+		T(test_open_requires_a_path),
+		T(test_open_rejects_nlink_that_disagrees_with_names),
+		T(test_open_rejects_a_dentry_naming_a_missing_inode),
+		T(test_open_rejects_a_directory_with_two_names),
+		T(test_failed_write_rolls_back_memory_and_file),
+		T(test_create_file_sets_attrs_and_dirty_name),
+		T(test_create_updates_parent_mtime_and_ctime),
+		T(test_create_errors),
+		T(test_create_node_types_keep_mode_and_rdev),
+		T(test_lookup_errors),
+		T(test_mkdir_counts_subdirectories_in_parent_nlink),
+		T(test_inode_numbers_are_never_reused),
+		T(test_create_in_removed_directory_is_enoent),
+		T(test_symlink_stores_target_and_readlink_returns_it),
+		T(test_link_adds_a_name_and_bumps_nlink_and_ctime),
+		T(test_link_errors),
+		T(test_unlink_errors),
+		T(test_unlink_drops_nlink_then_deletes_unreferenced_inode),
+		T(test_rmdir_removes_empty_dir_and_fixes_parent_nlink),
+		T(test_unlinked_open_file_lives_until_last_forget),
+		T(test_forget_of_linked_inode_and_root_deletes_nothing),
+		T(test_orphans_are_deleted_at_reopen),
+		T(test_rename_moves_a_file_within_and_across_directories),
+		T(test_rename_replaces_a_file_and_reports_it),
+		T(test_rename_replacing_a_hard_link_keeps_the_other_name),
+		T(test_rename_directory_over_empty_directory),
+		T(test_rename_type_mismatches_and_nonempty_target),
+		T(test_rename_directory_into_its_own_subtree_is_einval),
+		T(test_rename_directory_across_parents_fixes_nlink),
+		T(test_rename_onto_the_same_inode_is_a_noop),
+		T(test_rename_noreplace_refuses_an_existing_target),
+		T(test_rename_exchange_swaps_file_and_directory),
+		T(test_setattr_chmod_chown_truncate_set_ctime_now),
+		T(test_setattr_times_take_the_given_values),
+		T(test_setattr_errors),
+		T(test_usage_counts_regular_file_bytes_and_inodes),
+		T(test_xattr_set_get_list_remove),
+		T(test_xattr_flags_and_errors),
+		T(test_xattr_change_sets_ctime_and_dirty_attr),
+		T(test_readdir_lists_in_creation_order_and_resumes),
+		T(test_readdir_errors),
+		T(test_readdir_positions_survive_deletes_during_iteration),
+		T(test_path_walks_first_names_to_the_root),
+		T(test_path_nth_names_every_hard_link),
+		T(test_lookup_ref_keeps_an_unlinked_inode_alive),
+		T(test_clear_dirty_only_when_change_seq_is_unchanged),
+		T(test_every_change_bumps_change_seq),
+		T(test_etag_roundtrip_and_short_buffer),
+		T(test_reopen_restores_everything_exactly),
+		T(test_sigkill_keeps_committed_and_drops_uncommitted),
+		T(test_exit_without_close_keeps_committed_only),
+		T(test_sigkill_mid_stream_never_leaves_a_torn_tree),
+		T(test_group_commit_lands_without_meta_commit),
+		T(test_meta_commit_makes_changes_visible),
+		T(test_interval_zero_commits_every_change),
+		T(test_close_commits_pending_changes),
+		T(test_ten_thousand_files_in_one_directory),
+		T(test_concurrent_changes_with_group_commit_stay_consistent),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
