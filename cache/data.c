@@ -1,0 +1,1584 @@
+/* data.c: the data cache: one sparse file per inode, and which bytes it holds.
+ *
+ * Per-file state machine (the sets are byte ranges, so a file is in several
+ * of these at once, range by range):
+ *
+ *   ABSENT --fetch starts--> FETCHING --fetch ok--> PRESENT (clean)
+ *      ^                        |  fetch error        |  data_write /
+ *      |                        +--> ABSENT            |  truncate grow
+ *      |                                               v
+ *      +---- truncate shrink / evict / remove ---- PRESENT+DIRTY
+ *                                                      |  data_mark_clean
+ *                                                      v  (not rewritten)
+ *                                                  PRESENT (clean)
+ *
+ *   A whole file is ABSENT (nothing present), PARTIAL or FULL. It is
+ *   evictable when it has no reference (closed) and no dirty byte; eviction
+ *   drops the whole file. Open or dirty files are never evicted.
+ *
+ * Files in DIR: "<ino>" is the sparse cache file (bytes at their file
+ * offsets); "<ino>.log" is its range log; "<ino>.log.tmp" is a compaction
+ * in progress and ".fetch.*" a fetch buffer (both deleted by data_open()).
+ *
+ * Range log format: text lines, each ending in '\n', decimal numbers:
+ *   "P+ a b"  bytes [a, b) were fetched from S3: present; size >= b
+ *   "D+ a b"  bytes [a, b) were written here: present AND dirty; size >= b
+ *   "D- a b"  bytes [a, b) are in S3 now: no longer dirty (still present)
+ *   "S n"     the size is n; bytes at and past n leave both sets
+ * A change appends its lines with one write(2) on an O_APPEND descriptor
+ * before the call that made it returns. Replay applies complete lines in
+ * order, skips a complete line that does not parse, and ignores (and cuts
+ * off) a last line with no '\n': a write torn by the crash.
+ *
+ * Crash ordering (kill -9 at any point leaves a log that claims no more
+ * than the cache file holds, and every acknowledged write recorded):
+ *   write:        pwrite the data, then append "D+" (D+ alone marks both
+ *                 sets, so no torn P+/D+ pair can leave a write clean).
+ *   fetch:        copy the fetched bytes into the file, then append "P+".
+ *   truncate:     shrink appends "S n" first, then ftruncates; grow
+ *                 ftruncates (zeros), then appends "D+ old new".
+ *   evict/remove: unlink the log first, then the file. A file without a
+ *                 log is deleted by data_open(); a log without its file is
+ *                 dropped.
+ *   compaction:   the snapshot ("S", "P+"s, "D+"s) goes to <ino>.log.tmp,
+ *                 is fsynced, then renamed over <ino>.log and the directory
+ *                 fsynced. Before the rename the old log is whole (the tmp
+ *                 is garbage); after it the new one is. It runs when the
+ *                 log passes DATA_LOG_COMPACT_MIN and is DATA_LOG_COMPACT_
+ *                 RATIO times an upper bound of its compact form's size.
+ * These orderings hold against a killed process. Against power loss only
+ * data_sync() orders things: it fsyncs the file, then the log.
+ *
+ * Fetching: data_read() marks the range in flight (a record in the file's
+ * in-flight list), drops the file lock and lets the fetch callback fill a
+ * private unlinked temporary file (O_TMPFILE in DIR). Back under the lock
+ * it copies (copy_file_range, in the kernel's page cache) into the cache
+ * file only the parts that are still absent and within the size, logs
+ * them "P+", and wakes the readers waiting on that range. So a write (or
+ * truncate) that lands while a fetch is in flight always wins: its bytes are
+ * present by then and are never copied over. Readers that need an in-flight
+ * range wait on the file's condition variable instead of fetching it twice.
+ * Bytes past a short fetch (the object's end) are zeros. Invariants: in-flight
+ * records are pairwise disjoint and are disjoint from the present set when the
+ * fetch starts (a write may later land on one; that is what the copy-back
+ * handles).
+ *
+ * Read-ahead: per file, seq_next is where the previous read ended. A read
+ * starting there is sequential: the fetch of the gap that reaches the end
+ * of the request is widened to `window` bytes (readahead_min first, then
+ * doubling after each widened fetch, up to readahead_max). Any other read
+ * resets the window and fetches exactly the missing bytes.
+ *
+ * Upload snapshots: data_dirty() takes a snapshot and counts it (nsnap);
+ * while nsnap > 0 every write and truncate-grow also adds its range to
+ * `rewritten`. data_mark_clean(snap) clears dirty & (snap - rewritten),
+ * then drops the count; at zero `rewritten` is emptied. With several
+ * snapshots outstanding, `rewritten` covers writes since the oldest, which
+ * is conservative (bytes stay dirty longer, never lost). A snapshot never
+ * handed back only keeps later writes dirty until the last reference is
+ * dropped, which resets the count (an uploader holds a reference).
+ *
+ * LRU: an in-memory list of files with no reference, oldest first; the last
+ * data_put() appends there and stamps the log's mtime (futimens), and
+ * data_open() orders the list by log mtime, so the order survives restart.
+ *
+ * Totals (cached/dirty bytes) are kept per file (pbytes/dbytes, updated
+ * incrementally, recounted by the debug checker) and summed in atomics
+ * updated under the file lock, so no file-lock holder ever needs the
+ * handle lock (lock order: d->lock, then f->lock; never the other way).
+ */
+#include "data.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "../s3/buf.h"
+
+#define DATA_LOG_COMPACT_MIN (64u << 10)
+#define DATA_LOG_COMPACT_RATIO 4
+#define DATA_LOG_LINE_MAX 46 /* "P+ " + two 20-digit numbers, ' ', '\n' */
+#define DATA_NAME_MAX 32     /* "<20 digits>.log.tmp" and a NUL */
+#define DATA_COPY_CHUNK (256u << 10)
+#define DATA_FETCH_TMP_PREFIX ".fetch."
+/* No byte limit by default: only the free-space floor bounds the cache. */
+#define DATA_DEFAULT_SIZE_LIMIT UINT64_MAX
+
+struct fetch_rec {
+	uint64_t start;
+	uint64_t end;
+};
+
+struct data_file {
+	struct data *d; /* immutable */
+	uint64_t ino;	/* immutable */
+
+	/* protected by d->lock */
+	unsigned refs;
+	int removed; /* set with d->lock and lock held; read under either */
+	struct data_file *hnext;
+	struct data_file *lru_prev, *lru_next; /* in the LRU iff refs == 0 */
+	struct timespec lru_time;	       /* log mtime, for data_open */
+
+	pthread_mutex_t lock;
+	pthread_cond_t fetched; /* broadcast when an in-flight fetch ends */
+	/* protected by lock (or by d->lock alone while refs == 0) */
+	int fd;	   /* cache file; -1 while refs == 0 */
+	int logfd; /* O_APPEND range log; -1 while refs == 0 */
+	uint64_t size;
+	struct ranges present;
+	struct ranges dirty;	    /* subset of present */
+	uint64_t pbytes, dbytes;    /* bytes in present and dirty */
+	struct fetch_rec *inflight; /* owned array, ninflight used */
+	size_t ninflight, capinflight;
+	struct ranges rewritten; /* written while nsnap > 0 */
+	unsigned nsnap;		 /* data_dirty() snapshots outstanding */
+	uint64_t log_bytes;	 /* length of the log file */
+	int log_broken;		 /* a torn append could not be cut off */
+	int sync_dir;		 /* created since the last data_sync() */
+	uint64_t seq_next;	 /* where the previous read ended */
+	uint64_t window;	 /* next read-ahead window; 0: start over */
+};
+
+struct data {
+	struct data_config cfg; /* cfg.dir points at path */
+	char *path;		/* owned */
+	int dirfd;		/* owned */
+	pthread_mutex_t lock;
+	/* protected by lock */
+	struct data_file **buckets; /* owned hash table, chained by hnext */
+	size_t nbuckets, nfiles;
+	struct data_file *lru_head, *lru_tail; /* refs == 0, oldest first */
+	/* atomics (updated under a file lock, read anywhere) */
+	uint64_t cached;
+	uint64_t dirty;
+};
+
+/* ---- small helpers ---- */
+
+static void die(const char *what, int rc)
+{
+	fprintf(stderr, "tierfs data: %s: %s\n", what, strerror(rc));
+	abort();
+}
+
+static void lock_mutex(pthread_mutex_t *m)
+{
+	int rc = pthread_mutex_lock(m);
+	if (rc)
+		die("pthread_mutex_lock", rc);
+}
+
+static void unlock_mutex(pthread_mutex_t *m)
+{
+	int rc = pthread_mutex_unlock(m);
+	if (rc)
+		die("pthread_mutex_unlock", rc);
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+static void file_name(char out[DATA_NAME_MAX], uint64_t ino, const char *suffix)
+{
+	snprintf(out, DATA_NAME_MAX, "%" PRIu64 "%s", ino, suffix);
+}
+
+static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Copies len bytes by pread/pwrite; past the source's end it writes zeros. */
+static int copy_slow(int in, uint64_t in_off, int out, uint64_t out_off,
+		     uint64_t len)
+{
+	char *chunk = malloc(DATA_COPY_CHUNK);
+	int rc = 0;
+	if (!chunk)
+		return -ENOMEM;
+	while (len && rc == 0) {
+		size_t want = (size_t)min_u64(len, DATA_COPY_CHUNK);
+		size_t got = 0;
+		while (got < want) {
+			ssize_t n = pread(in, chunk + got, want - got,
+					  (off_t)(in_off + got));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0) {
+				rc = -errno;
+				break;
+			}
+			if (n == 0) { /* source's end: the rest is zeros */
+				memset(chunk + got, 0, want - got);
+				got = want;
+				break;
+			}
+			got += (size_t)n;
+		}
+		if (rc == 0)
+			rc = pwrite_full(out, chunk, want, out_off);
+		in_off += want;
+		out_off += want;
+		len -= want;
+	}
+	free(chunk);
+	return rc;
+}
+
+/* Copies [in_off, in_off+len) of in to out_off in out, in the kernel when
+ * it can (copy_file_range), else through a buffer. */
+static int copy_range(int in, uint64_t in_off, int out, uint64_t out_off,
+		      uint64_t len)
+{
+	while (len) {
+		loff_t io = (loff_t)in_off, oo = (loff_t)out_off;
+		ssize_t n = copy_file_range(in, &io, out, &oo,
+					    (size_t)min_u64(len, 1u << 30), 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) /* EXDEV, ENOSYS, EOPNOTSUPP, a hole at EOF... */
+			return copy_slow(in, in_off, out, out_off, len);
+		in_off += (uint64_t)n;
+		out_off += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
+
+static int copy_ranges(const struct ranges *from, struct ranges *to)
+{
+	to->v = NULL;
+	to->n = to->cap = 0;
+	if (!from->n)
+		return 0;
+	to->v = malloc(from->n * sizeof(*to->v));
+	if (!to->v)
+		return -ENOMEM;
+	memcpy(to->v, from->v, from->n * sizeof(*to->v));
+	to->n = to->cap = from->n;
+	return 0;
+}
+
+/* ---- invariants ---- */
+
+#ifndef NDEBUG
+static void check_file(const struct data_file *f)
+{
+	for (size_t i = 0; i < f->dirty.n; i++)
+		assert(ranges_contains(&f->present, f->dirty.v[i].start,
+				       f->dirty.v[i].end));
+	assert(!f->present.n || f->present.v[f->present.n - 1].end <= f->size);
+	for (size_t i = 0; i < f->ninflight; i++) {
+		assert(f->inflight[i].start < f->inflight[i].end);
+		for (size_t j = i + 1; j < f->ninflight; j++)
+			assert(f->inflight[i].end <= f->inflight[j].start ||
+			       f->inflight[j].end <= f->inflight[i].start);
+	}
+	assert(f->nsnap > 0 || f->rewritten.n == 0);
+	assert(f->pbytes == ranges_bytes(&f->present));
+	assert(f->dbytes == ranges_bytes(&f->dirty));
+	assert((f->fd < 0) == (f->logfd < 0));
+}
+#else
+#define check_file(f) ((void)0)
+#endif
+
+/* Bytes of [a, b) that r holds: O(log n + ranges inside). */
+static uint64_t covered(const struct ranges *r, uint64_t a, uint64_t b)
+{
+	uint64_t gaps = 0, pos = a, gs, ge;
+	if (a >= b)
+		return 0;
+	while (pos < b && ranges_first_gap(r, pos, b, &gs, &ge)) {
+		gaps += ge - gs;
+		pos = ge;
+	}
+	return b - a - gaps;
+}
+
+/* ranges_add()/ranges_remove() that keep *bytes equal to the set's size
+ * without an O(n) recount on every write. */
+static int set_add(struct ranges *r, uint64_t *bytes, uint64_t a, uint64_t b)
+{
+	uint64_t had = covered(r, a, b);
+	int rc = ranges_add(r, a, b);
+	if (!rc && a < b)
+		*bytes += (b - a) - had;
+	return rc;
+}
+
+static int set_remove(struct ranges *r, uint64_t *bytes, uint64_t a, uint64_t b)
+{
+	uint64_t had = covered(r, a, b);
+	int rc = ranges_remove(r, a, b);
+	if (!rc)
+		*bytes -= had;
+	return rc;
+}
+
+/* Adds the change in f's set sizes since (p0, d0) to the handle's totals. */
+static void account(struct data_file *f, uint64_t p0, uint64_t d0)
+{
+	if (f->removed)
+		return;
+	/* unsigned wrap-around makes a shrink a subtraction */
+	__atomic_add_fetch(&f->d->cached, f->pbytes - p0, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&f->d->dirty, f->dbytes - d0, __ATOMIC_RELAXED);
+}
+
+/* ---- the range log ---- */
+
+/* Appends b with one write(2). A short write is cut off again, so the log
+ * never holds a torn line in its middle. */
+static int log_append(struct data_file *f, const struct buf *b)
+{
+	if (f->log_broken)
+		return -EIO;
+	if (!b->len)
+		return 0;
+	ssize_t n;
+	do {
+		n = write(f->logfd, b->data, b->len);
+	} while (n < 0 && errno == EINTR);
+	if (n == (ssize_t)b->len) {
+		f->log_bytes += b->len;
+		return 0;
+	}
+	int rc = n < 0 ? -errno : -ENOSPC;
+	if (n > 0 && ftruncate(f->logfd, (off_t)f->log_bytes) != 0)
+		f->log_broken = 1; /* until a compaction rewrites it */
+	return rc;
+}
+
+static int compact_locked(struct data_file *f)
+{
+	struct data *d = f->d;
+	char name[DATA_NAME_MAX], tmp[DATA_NAME_MAX];
+	struct buf b = BUF_INIT;
+	int rc = buf_printf(&b, "S %" PRIu64 "\n", f->size);
+	for (size_t i = 0; i < f->present.n && rc == 0; i++)
+		rc = buf_printf(&b, "P+ %" PRIu64 " %" PRIu64 "\n",
+				f->present.v[i].start, f->present.v[i].end);
+	for (size_t i = 0; i < f->dirty.n && rc == 0; i++)
+		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n",
+				f->dirty.v[i].start, f->dirty.v[i].end);
+	if (rc)
+		goto fail_0;
+	file_name(name, f->ino, ".log");
+	file_name(tmp, f->ino, ".log.tmp");
+	int tfd = openat(d->dirfd, tmp,
+			 O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
+			 0600);
+	if (tfd < 0) {
+		rc = -errno;
+		goto fail_0;
+	}
+	rc = write_full(tfd, b.data, b.len);
+	if (rc)
+		goto fail_1;
+	if (fsync(tfd)) {
+		rc = -errno;
+		goto fail_1;
+	}
+	if (renameat(d->dirfd, tmp, d->dirfd, name)) {
+		rc = -errno;
+		goto fail_1;
+	}
+	/* The new log is in place: from here on, use it whatever happens. */
+	if (close(f->logfd))
+		rc = -errno; /* the old log is gone; nothing to lose */
+	f->logfd = tfd;
+	f->log_bytes = b.len;
+	f->log_broken = 0;
+	if (fsync(d->dirfd) && rc == 0)
+		rc = -errno;
+	buf_free(&b);
+	return rc;
+
+fail_1:
+	if (close(tfd) == 0 && unlinkat(d->dirfd, tmp, 0) != 0)
+		rc = rc ? rc : -errno;
+fail_0:
+	buf_free(&b);
+	return rc;
+}
+
+/* Compacts when the log has grown well past its compact form. A failure
+ * leaves the old log, which is still whole, so it is not reported. */
+static void maybe_compact_locked(struct data_file *f)
+{
+	if (f->removed) /* the name may belong to a new file by now */
+		return;
+	uint64_t bound =
+		DATA_LOG_LINE_MAX * (2 + (uint64_t)f->present.n + f->dirty.n);
+	if (f->log_broken || (f->log_bytes > DATA_LOG_COMPACT_MIN &&
+			      f->log_bytes > DATA_LOG_COMPACT_RATIO * bound))
+		(void)compact_locked(f);
+}
+
+static int parse_num(const char **p, const char *end, uint64_t *out)
+{
+	const char *s = *p;
+	uint64_t v = 0;
+	if (s == end || *s < '0' || *s > '9')
+		return -EINVAL;
+	for (; s < end && *s >= '0' && *s <= '9'; s++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			return -EINVAL;
+		v = v * 10 + (uint64_t)(*s - '0');
+	}
+	*p = s;
+	*out = v;
+	return 0;
+}
+
+/* Applies one complete line (without its '\n'); -EINVAL if malformed. */
+static int replay_line(struct data_file *f, const char *s, const char *end)
+{
+	uint64_t a, b;
+	const char *p = s + 2;
+	if (end - s >= 2 && s[0] == 'S' && s[1] == ' ') {
+		if (parse_num(&p, end, &a) || p != end)
+			return -EINVAL;
+		f->size = a;
+		if (ranges_remove(&f->present, a, UINT64_MAX) ||
+		    ranges_remove(&f->dirty, a, UINT64_MAX))
+			return -ENOMEM;
+		return 0;
+	}
+	if (end - s < 3 || (s[0] != 'P' && s[0] != 'D') ||
+	    (s[1] != '+' && s[1] != '-') || s[2] != ' ')
+		return -EINVAL;
+	p = s + 3;
+	if (parse_num(&p, end, &a) || p == end || *p++ != ' ' ||
+	    parse_num(&p, end, &b) || p != end || a > b)
+		return -EINVAL;
+	if (s[0] == 'P' && s[1] == '-') /* not written by this version */
+		return -EINVAL;
+	if (s[1] == '-') /* D- */
+		return ranges_remove(&f->dirty, a, b);
+	if (ranges_add(&f->present, a, b))
+		return -ENOMEM;
+	if (s[0] == 'D' && ranges_add(&f->dirty, a, b))
+		return -ENOMEM;
+	f->size = max_u64(f->size, b);
+	return 0;
+}
+
+/* ---- file records, hash table, LRU (all under d->lock) ---- */
+
+static struct data_file *file_new(struct data *d, uint64_t ino)
+{
+	struct data_file *f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	f->d = d;
+	f->ino = ino;
+	f->fd = f->logfd = -1;
+	f->seq_next = UINT64_MAX;
+	if (pthread_mutex_init(&f->lock, NULL))
+		goto fail_1;
+	if (pthread_cond_init(&f->fetched, NULL))
+		goto fail_2;
+	return f;
+
+fail_2:
+	pthread_mutex_destroy(&f->lock);
+fail_1:
+	free(f);
+	return NULL;
+}
+
+static void file_close_fds(struct data_file *f)
+{
+	/* Nothing is pending on either: every change was written before the
+	 * call that made it returned, so a close error loses nothing. */
+	if (f->fd >= 0)
+		(void)close(f->fd);
+	if (f->logfd >= 0)
+		(void)close(f->logfd);
+	f->fd = f->logfd = -1;
+}
+
+static void file_free(struct data_file *f)
+{
+	assert(f->ninflight == 0);
+	file_close_fds(f);
+	ranges_free(&f->present);
+	ranges_free(&f->dirty);
+	ranges_free(&f->rewritten);
+	free(f->inflight);
+	pthread_cond_destroy(&f->fetched);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}
+
+static size_t bucket_of(const struct data *d, uint64_t ino)
+{
+	uint64_t h = ino * 0x9e3779b97f4a7c15ull;
+	return (size_t)(h >> 32) & (d->nbuckets - 1);
+}
+
+static struct data_file *hash_find(const struct data *d, uint64_t ino)
+{
+	struct data_file *f = d->buckets[bucket_of(d, ino)];
+	while (f && f->ino != ino)
+		f = f->hnext;
+	return f;
+}
+
+static int hash_insert(struct data *d, struct data_file *f)
+{
+	if (d->nfiles >= d->nbuckets) {
+		size_t old = d->nbuckets;
+		struct data_file **ob = d->buckets;
+		struct data_file **nb = calloc(old * 2, sizeof(*nb));
+		if (!nb)
+			return -ENOMEM;
+		d->buckets = nb;
+		d->nbuckets = old * 2;
+		for (size_t i = 0; i < old; i++) {
+			struct data_file *g = ob[i], *next;
+			for (; g; g = next) {
+				next = g->hnext;
+				size_t b = bucket_of(d, g->ino);
+				g->hnext = nb[b];
+				nb[b] = g;
+			}
+		}
+		free(ob);
+	}
+	size_t b = bucket_of(d, f->ino);
+	f->hnext = d->buckets[b];
+	d->buckets[b] = f;
+	d->nfiles++;
+	return 0;
+}
+
+static void hash_remove(struct data *d, struct data_file *f)
+{
+	struct data_file **pp = &d->buckets[bucket_of(d, f->ino)];
+	while (*pp != f)
+		pp = &(*pp)->hnext;
+	*pp = f->hnext;
+	f->hnext = NULL;
+	d->nfiles--;
+}
+
+static void lru_append(struct data *d, struct data_file *f)
+{
+	f->lru_next = NULL;
+	f->lru_prev = d->lru_tail;
+	if (d->lru_tail)
+		d->lru_tail->lru_next = f;
+	else
+		d->lru_head = f;
+	d->lru_tail = f;
+}
+
+static void lru_unlink(struct data *d, struct data_file *f)
+{
+	if (f->lru_prev)
+		f->lru_prev->lru_next = f->lru_next;
+	else
+		d->lru_head = f->lru_next;
+	if (f->lru_next)
+		f->lru_next->lru_prev = f->lru_prev;
+	else
+		d->lru_tail = f->lru_prev;
+	f->lru_prev = f->lru_next = NULL;
+}
+
+/* Unlinks the log, then the cache file (see the crash ordering above). */
+static int unlink_pair(struct data *d, uint64_t ino)
+{
+	char name[DATA_NAME_MAX];
+	int rc = 0;
+	file_name(name, ino, ".log");
+	if (unlinkat(d->dirfd, name, 0) && errno != ENOENT)
+		rc = -errno;
+	file_name(name, ino, "");
+	if (unlinkat(d->dirfd, name, 0) && errno != ENOENT && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+/* Opens f's file and log (refs going 0 -> 1); create makes them empty. */
+static int file_open_fds(struct data_file *f, int create)
+{
+	struct data *d = f->d;
+	char name[DATA_NAME_MAX];
+	int extra = create ? O_CREAT | O_TRUNC : 0;
+	struct stat st;
+	int rc;
+
+	/* log first: a crash between the two leaves a log with no file,
+	 * which data_open() drops */
+	file_name(name, f->ino, ".log");
+	f->logfd = openat(d->dirfd, name,
+			  O_WRONLY | O_APPEND | O_CLOEXEC | extra, 0600);
+	if (f->logfd < 0)
+		return -errno;
+	file_name(name, f->ino, "");
+	f->fd = openat(d->dirfd, name, O_RDWR | O_CLOEXEC | extra, 0600);
+	if (f->fd < 0) {
+		rc = -errno;
+		goto fail_1;
+	}
+	if (fstat(f->logfd, &st)) {
+		rc = -errno;
+		goto fail_2;
+	}
+	f->log_bytes = (uint64_t)st.st_size;
+	if (create)
+		f->sync_dir = 1;
+	return 0;
+
+fail_2:
+	(void)close(f->fd); /* opened read-write, nothing written */
+	f->fd = -1;
+fail_1:
+	(void)close(f->logfd);
+	f->logfd = -1;
+	return rc;
+}
+
+/* ---- size changes ---- */
+
+/* Shrinks to size: logs "S size" first, then cuts the file. */
+static int shrink_locked(struct data_file *f, uint64_t size)
+{
+	struct buf b = BUF_INIT;
+	uint64_t p0 = f->pbytes, d0 = f->dbytes;
+	int rc = buf_printf(&b, "S %" PRIu64 "\n", size);
+	if (!rc)
+		rc = log_append(f, &b);
+	buf_free(&b);
+	if (rc)
+		return rc;
+	/* trimming a set's tail never allocates, so this cannot fail */
+	(void)set_remove(&f->present, &f->pbytes, size, UINT64_MAX);
+	(void)set_remove(&f->dirty, &f->dbytes, size, UINT64_MAX);
+	(void)ranges_remove(&f->rewritten, size, UINT64_MAX);
+	f->size = size;
+	account(f, p0, d0);
+	if (ftruncate(f->fd, (off_t)size))
+		return -errno; /* stale bytes past size are never read */
+	return 0;
+}
+
+/* ---- in-flight fetches ---- */
+
+static const struct fetch_rec *inflight_at(const struct data_file *f,
+					   uint64_t pos)
+{
+	for (size_t i = 0; i < f->ninflight; i++)
+		if (f->inflight[i].start <= pos && pos < f->inflight[i].end)
+			return &f->inflight[i];
+	return NULL;
+}
+
+/* The end of [start, end) cut at the first in-flight record inside it. */
+static uint64_t inflight_clip(const struct data_file *f, uint64_t start,
+			      uint64_t end)
+{
+	for (size_t i = 0; i < f->ninflight; i++)
+		if (f->inflight[i].start > start && f->inflight[i].start < end)
+			end = f->inflight[i].start;
+	return end;
+}
+
+static int inflight_add(struct data_file *f, uint64_t start, uint64_t end)
+{
+	if (f->ninflight == f->capinflight) {
+		size_t cap = f->capinflight ? f->capinflight * 2 : 4;
+		struct fetch_rec *v = realloc(f->inflight, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		f->inflight = v;
+		f->capinflight = cap;
+	}
+	f->inflight[f->ninflight++] = (struct fetch_rec){start, end};
+	return 0;
+}
+
+static void inflight_del(struct data_file *f, uint64_t start, uint64_t end)
+{
+	for (size_t i = 0; i < f->ninflight; i++) {
+		if (f->inflight[i].start == start &&
+		    f->inflight[i].end == end) {
+			f->inflight[i] = f->inflight[--f->ninflight];
+			return;
+		}
+	}
+	assert(!"in-flight record not found");
+}
+
+/* An unlinked temporary file in DIR to fetch into. */
+static int tmp_open(struct data *d)
+{
+	int fd = openat(d->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		return fd;
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return -errno;
+	struct buf path = BUF_INIT;
+	if (buf_printf(&path, "%s/" DATA_FETCH_TMP_PREFIX "XXXXXX", d->path))
+		return -ENOMEM;
+	fd = mkostemp(path.data, O_CLOEXEC);
+	int rc = fd < 0 ? -errno : fd;
+	if (fd >= 0 && unlink(path.data)) {
+		rc = -errno;
+		(void)close(fd); /* nothing written yet */
+	}
+	buf_free(&path);
+	return rc;
+}
+
+/* Copies the parts of [s, e) that are still absent and within the size
+ * from tfd (holding the object's bytes from offset 0) into the cache file,
+ * then logs and marks them present. Called with f->lock held. */
+static int install_locked(struct data_file *f, int tfd, uint64_t s, uint64_t e)
+{
+	struct ranges add = RANGES_INIT;
+	struct buf b = BUF_INIT;
+	uint64_t stop = min_u64(e, f->size), pos = s, gs, ge;
+	int rc = 0;
+
+	while (pos < stop &&
+	       ranges_first_gap(&f->present, pos, stop, &gs, &ge)) {
+		rc = copy_range(tfd, gs - s, f->fd, gs, ge - gs);
+		if (!rc)
+			rc = ranges_add(&add, gs, ge);
+		if (!rc)
+			rc = buf_printf(&b, "P+ %" PRIu64 " %" PRIu64 "\n", gs,
+					ge);
+		if (rc)
+			goto out;
+		pos = ge;
+	}
+	if (!add.n)
+		goto out;
+	rc = log_append(f, &b);
+	if (rc)
+		goto out;
+	uint64_t p0 = f->pbytes, d0 = f->dbytes;
+	for (size_t i = 0; i < add.n && rc == 0; i++)
+		rc = set_add(&f->present, &f->pbytes, add.v[i].start,
+			     add.v[i].end);
+	account(f, p0, d0);
+	maybe_compact_locked(f);
+out:
+	ranges_free(&add);
+	buf_free(&b);
+	return rc;
+}
+
+/* Fetches [s, e), which is absent and not in flight. Drops f->lock while
+ * the callback runs; returns with it held. */
+static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e)
+{
+	struct data *d = f->d;
+	uint64_t gs, ge;
+	(void)gs;
+	(void)ge;
+	assert(ranges_first_gap(&f->present, s, e, &gs, &ge) && gs == s &&
+	       ge == e);
+	int rc = inflight_add(f, s, e);
+	if (rc)
+		return rc;
+	unlock_mutex(&f->lock);
+
+	ssize_t n;
+	int tfd = tmp_open(d);
+	if (tfd < 0) {
+		n = tfd;
+	} else {
+		n = d->cfg.fetch(d->cfg.fetch_ctx, f->ino, s, e - s, tfd, 0);
+		if (n > (ssize_t)(e - s))
+			n = -EIO; /* the callback broke its contract */
+		if (n >= 0 && ftruncate(tfd, (off_t)(e - s)))
+			n = -errno; /* past a short fetch: zeros */
+	}
+
+	lock_mutex(&f->lock);
+	inflight_del(f, s, e);
+	rc = n < 0 ? (int)n : install_locked(f, tfd, s, e);
+	int wrc = pthread_cond_broadcast(&f->fetched);
+	if (wrc)
+		die("pthread_cond_broadcast", wrc);
+	if (tfd >= 0)
+		(void)close(tfd); /* only read from; its bytes are copied */
+	return rc;
+}
+
+/* Makes [start, min(end, size)) present. ra > 0 widens the fetch of the
+ * gap that reaches the request's end to ra bytes (*used is then set).
+ * Called and returns with f->lock held. */
+static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
+		       uint64_t ra, int *used)
+{
+	for (;;) {
+		uint64_t stop = min_u64(end, f->size), gs, ge;
+		if (start >= stop ||
+		    !ranges_first_gap(&f->present, start, stop, &gs, &ge))
+			return 0;
+		if (inflight_at(f, gs)) {
+			int rc = pthread_cond_wait(&f->fetched, &f->lock);
+			if (rc)
+				die("pthread_cond_wait", rc);
+			continue; /* re-evaluate: it may have failed */
+		}
+		uint64_t fe = ge;
+		if (ra && ge == stop) {
+			uint64_t want = gs + min_u64(ra, UINT64_MAX - gs);
+			uint64_t we = min_u64(f->size, max_u64(ge, want));
+			uint64_t x;
+			if (ranges_first_gap(&f->present, gs, we, &x, &fe))
+				assert(x == gs);
+			*used = 1;
+		}
+		fe = inflight_clip(f, gs, fe);
+		int rc = fetch_locked(f, gs, fe);
+		if (rc)
+			return rc;
+	}
+}
+
+/* ---- public API ---- */
+
+void data_config_init(struct data_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->size_limit = DATA_DEFAULT_SIZE_LIMIT;
+	cfg->free_floor = DATA_DEFAULT_FREE_FLOOR;
+	cfg->readahead_min = DATA_DEFAULT_READAHEAD_MIN;
+	cfg->readahead_max = DATA_DEFAULT_READAHEAD_MAX;
+}
+
+static int mkdir_p(const char *path)
+{
+	struct buf b = BUF_INIT;
+	int rc = buf_puts(&b, path);
+	if (rc)
+		return rc;
+	for (char *p = b.data + 1; rc == 0; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(b.data, 0700) && errno != EEXIST)
+			rc = -errno;
+		*p = c;
+		if (c == '\0')
+			break;
+	}
+	buf_free(&b);
+	return rc;
+}
+
+/* "<digits><suffix>" -> ino; 0 when name has another form. */
+static int parse_name(const char *name, const char *suffix, uint64_t *ino)
+{
+	const char *p = name;
+	if (*p == '0' && p[1] >= '0' && p[1] <= '9')
+		return 0; /* not a name we write */
+	if (parse_num(&p, name + strlen(name), ino))
+		return 0;
+	return strcmp(p, suffix) == 0;
+}
+
+/* Reads DIR/<ino>.log into a new record. 1 with *out set, 0 when the log
+ * was dropped (no cache file), or -errno. */
+static int load_one(struct data *d, uint64_t ino, struct data_file **out)
+{
+	char name[DATA_NAME_MAX];
+	struct stat st, fst;
+	char *text = NULL;
+	int rc;
+
+	file_name(name, ino, "");
+	if (fstatat(d->dirfd, name, &fst, 0)) {
+		if (errno != ENOENT)
+			return -errno;
+		file_name(name, ino, ".log");
+		return unlinkat(d->dirfd, name, 0) ? -errno : 0;
+	}
+	struct data_file *f = file_new(d, ino);
+	if (!f)
+		return -ENOMEM;
+	file_name(name, ino, ".log");
+	int fd = openat(d->dirfd, name, O_RDWR | O_APPEND | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		goto fail_1;
+	}
+	if (fstat(fd, &st)) {
+		rc = -errno;
+		goto fail_2;
+	}
+	size_t len = (size_t)st.st_size, got = 0;
+	text = malloc(len + 1);
+	if (!text) {
+		rc = -ENOMEM;
+		goto fail_2;
+	}
+	while (got < len) {
+		ssize_t n = pread(fd, text + got, len - got, (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			goto fail_3;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	size_t pos = 0, valid = 0;
+	int bad = 0;
+	while (pos < got) {
+		char *nl = memchr(text + pos, '\n', got - pos);
+		if (!nl)
+			break; /* torn last line */
+		rc = replay_line(f, text + pos, nl);
+		if (rc == -ENOMEM)
+			goto fail_3;
+		if (rc)
+			bad = 1;
+		pos = (size_t)(nl - text) + 1;
+		valid = pos;
+	}
+	if (valid < len && ftruncate(fd, (off_t)valid)) {
+		rc = -errno;
+		goto fail_3;
+	}
+	f->log_bytes = valid;
+	f->lru_time = st.st_mtim;
+	f->pbytes = ranges_bytes(&f->present);
+	f->dbytes = ranges_bytes(&f->dirty);
+	if (bad) { /* rewrite it without the lines that did not parse */
+		f->logfd = fd;
+		rc = compact_locked(f);
+		fd = f->logfd;
+		f->logfd = -1;
+		if (rc)
+			goto fail_3;
+	}
+	free(text);
+	if (close(fd)) {
+		rc = -errno;
+		goto fail_1;
+	}
+	check_file(f);
+	*out = f;
+	return 1;
+
+fail_3:
+	free(text);
+fail_2:
+	(void)close(fd);
+fail_1:
+	file_free(f);
+	return rc;
+}
+
+static int cmp_lru_time(const void *a, const void *b)
+{
+	const struct data_file *x = *(struct data_file *const *)a;
+	const struct data_file *y = *(struct data_file *const *)b;
+	if (x->lru_time.tv_sec != y->lru_time.tv_sec)
+		return x->lru_time.tv_sec < y->lru_time.tv_sec ? -1 : 1;
+	if (x->lru_time.tv_nsec != y->lru_time.tv_nsec)
+		return x->lru_time.tv_nsec < y->lru_time.tv_nsec ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* Replays every log in DIR, deletes strays, and builds the LRU. */
+static int load_all(struct data *d)
+{
+	int dfd = dup(d->dirfd);
+	if (dfd < 0)
+		return -errno;
+	DIR *dir = fdopendir(dfd);
+	if (!dir) {
+		int rc = -errno;
+		(void)close(dfd);
+		return rc;
+	}
+	int rc = 0;
+	struct dirent *de;
+	/* pass 1: logs (and leftovers of compaction and fetches) */
+	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL) {
+		uint64_t ino;
+		struct data_file *f;
+		if (parse_name(de->d_name, ".log.tmp", &ino) ||
+		    strncmp(de->d_name, DATA_FETCH_TMP_PREFIX,
+			    strlen(DATA_FETCH_TMP_PREFIX)) == 0) {
+			if (unlinkat(d->dirfd, de->d_name, 0) &&
+			    errno != ENOENT)
+				rc = -errno;
+		} else if (parse_name(de->d_name, ".log", &ino)) {
+			rc = load_one(d, ino, &f);
+			if (rc == 1) {
+				rc = hash_insert(d, f);
+				if (rc)
+					file_free(f);
+			}
+		}
+	}
+	if (rc == 0 && errno)
+		rc = -errno;
+	/* pass 2: cache files with no log hold nothing we can vouch for */
+	rewinddir(dir);
+	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL) {
+		uint64_t ino;
+		if (parse_name(de->d_name, "", &ino) && !hash_find(d, ino) &&
+		    unlinkat(d->dirfd, de->d_name, 0) && errno != ENOENT)
+			rc = -errno;
+	}
+	if (rc == 0 && errno)
+		rc = -errno;
+	if (closedir(dir) && rc == 0)
+		rc = -errno;
+	if (rc)
+		return rc;
+
+	/* the LRU, oldest log first; and the totals */
+	struct data_file **all =
+		calloc(d->nfiles ? d->nfiles : 1, sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < d->nbuckets; i++)
+		for (struct data_file *f = d->buckets[i]; f; f = f->hnext)
+			all[n++] = f;
+	qsort(all, n, sizeof(*all), cmp_lru_time);
+	for (size_t i = 0; i < n; i++) {
+		lru_append(d, all[i]);
+		d->cached += all[i]->pbytes;
+		d->dirty += all[i]->dbytes;
+	}
+	free(all);
+	return 0;
+}
+
+/* Frees every file, referenced or not: a FUSE session can end with
+ * RELEASE requests never delivered, and their references die here. */
+static void free_all_files(struct data *d)
+{
+	size_t held = 0;
+	for (size_t i = 0; i < d->nbuckets; i++) {
+		struct data_file *f = d->buckets[i], *next;
+		for (; f; f = next) {
+			next = f->hnext;
+			held += f->refs > 0;
+			file_free(f);
+		}
+	}
+	if (held)
+		fprintf(stderr,
+			"tierfs: data: %zu cache files were still open "
+			"at close\n",
+			held);
+	free(d->buckets);
+}
+
+int data_open(const struct data_config *cfg, struct data **out)
+{
+	int rc;
+	if (!cfg->dir || !*cfg->dir || !cfg->fetch || !cfg->readahead_min ||
+	    cfg->readahead_min > cfg->readahead_max)
+		return -EINVAL;
+	struct data *d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->cfg = *cfg;
+	d->path = strdup(cfg->dir);
+	if (!d->path) {
+		rc = -ENOMEM;
+		goto fail_1;
+	}
+	d->cfg.dir = d->path;
+	rc = mkdir_p(d->path);
+	if (rc)
+		goto fail_2;
+	d->dirfd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (d->dirfd < 0) {
+		rc = -errno;
+		goto fail_2;
+	}
+	rc = -pthread_mutex_init(&d->lock, NULL);
+	if (rc)
+		goto fail_3;
+	d->nbuckets = 64;
+	d->buckets = calloc(d->nbuckets, sizeof(*d->buckets));
+	if (!d->buckets) {
+		rc = -ENOMEM;
+		goto fail_4;
+	}
+	rc = load_all(d);
+	if (rc)
+		goto fail_5;
+	*out = d;
+	return 0;
+
+fail_5:
+	free_all_files(d);
+fail_4:
+	pthread_mutex_destroy(&d->lock);
+fail_3:
+	(void)close(d->dirfd);
+fail_2:
+	free(d->path);
+fail_1:
+	free(d);
+	return rc;
+}
+
+void data_close(struct data *d)
+{
+	if (!d)
+		return;
+	free_all_files(d);
+	pthread_mutex_destroy(&d->lock);
+	(void)close(d->dirfd); /* a directory: nothing to flush */
+	free(d->path);
+	free(d);
+}
+
+int data_get(struct data *d, uint64_t ino, uint64_t size,
+	     struct data_file **out)
+{
+	int rc = 0;
+	lock_mutex(&d->lock);
+	struct data_file *f = hash_find(d, ino);
+	if (!f) {
+		f = file_new(d, ino);
+		if (!f) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		rc = file_open_fds(f, 1);
+		if (!rc)
+			rc = hash_insert(d, f);
+		if (rc) {
+			if (f->fd >= 0)
+				(void)unlink_pair(d, ino);
+			file_free(f);
+			goto out;
+		}
+		f->size = size;
+	} else if (f->refs == 0) {
+		rc = file_open_fds(f, 0);
+		if (rc)
+			goto out;
+		lru_unlink(d, f);
+		/* The caller's size (the metadata's) wins for a clean file;
+		 * a dirty one keeps its own, since it saw the writes. */
+		lock_mutex(&f->lock);
+		if (f->size != size && f->dirty.n == 0) {
+			if (size < f->size) {
+				rc = shrink_locked(f, size);
+			} else {
+				struct buf b = BUF_INIT;
+				rc = buf_printf(&b, "S %" PRIu64 "\n", size);
+				if (!rc)
+					rc = log_append(f, &b);
+				buf_free(&b);
+				if (!rc)
+					f->size = size;
+			}
+		}
+		check_file(f);
+		unlock_mutex(&f->lock);
+		if (rc) {
+			file_close_fds(f);
+			lru_append(d, f);
+			goto out;
+		}
+	}
+	f->refs++;
+	*out = f;
+out:
+	unlock_mutex(&d->lock);
+	return rc;
+}
+
+void data_put(struct data_file *f)
+{
+	struct data *d = f->d;
+	lock_mutex(&d->lock);
+	assert(f->refs > 0);
+	if (--f->refs) {
+		unlock_mutex(&d->lock);
+		return;
+	}
+	if (f->removed) {
+		unlock_mutex(&d->lock);
+		file_free(f);
+		return;
+	}
+	lock_mutex(&f->lock);
+	assert(f->ninflight == 0);
+	/* the log's mtime is the LRU position after a restart; a failure
+	 * only costs that hint */
+	(void)futimens(f->logfd, NULL);
+	file_close_fds(f);
+	f->nsnap = 0;
+	ranges_free(&f->rewritten);
+	f->seq_next = UINT64_MAX;
+	f->window = 0;
+	check_file(f);
+	unlock_mutex(&f->lock);
+	lru_append(d, f);
+	unlock_mutex(&d->lock);
+}
+
+ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
+{
+	struct data *d = f->d;
+	int used = 0;
+	if (len > SSIZE_MAX)
+		len = SSIZE_MAX;
+	lock_mutex(&f->lock);
+	if (len == 0 || off >= f->size) {
+		unlock_mutex(&f->lock);
+		return 0;
+	}
+	uint64_t end = off + min_u64(len, f->size - off);
+	uint64_t ra = 0;
+	if (off == f->seq_next)
+		ra = f->window ? f->window : d->cfg.readahead_min;
+	else
+		f->window = 0;
+	f->seq_next = end;
+	int rc = fill_locked(f, off, end, ra, &used);
+	if (used)
+		f->window = min_u64(2 * ra, d->cfg.readahead_max);
+	end = min_u64(end, f->size); /* a truncate may have run meanwhile */
+	check_file(f);
+	unlock_mutex(&f->lock);
+	if (rc)
+		return rc;
+
+	/* [off, end) is present; no fetch writes there any more, and a racing
+	 * write or truncate may show through as POSIX allows. */
+	size_t want = off < end ? (size_t)(end - off) : 0, got = 0;
+	while (got < want) {
+		ssize_t n = pread(f->fd, (char *)buf + got, want - got,
+				  (off_t)(off + got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0) { /* cut by a racing truncate */
+			memset((char *)buf + got, 0, want - got);
+			break;
+		}
+		got += (size_t)n;
+	}
+	return (ssize_t)want;
+}
+
+ssize_t data_write(struct data_file *f, const void *buf, size_t len,
+		   uint64_t off)
+{
+	struct buf b = BUF_INIT;
+	if (len == 0)
+		return 0;
+	if (len > SSIZE_MAX || off > (uint64_t)INT64_MAX - len)
+		return -EFBIG;
+	uint64_t end = off + len;
+	lock_mutex(&f->lock);
+	/* under the lock: a fetch's copy-back must not land after this */
+	int rc = pwrite_full(f->fd, buf, len, off);
+	if (!rc)
+		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", off, end);
+	if (!rc)
+		rc = log_append(f, &b);
+	if (rc)
+		goto out;
+	uint64_t p0 = f->pbytes, d0 = f->dbytes;
+	f->size = max_u64(f->size, end);
+	rc = set_add(&f->present, &f->pbytes, off, end);
+	if (!rc)
+		rc = set_add(&f->dirty, &f->dbytes, off, end);
+	if (!rc && f->nsnap)
+		rc = ranges_add(&f->rewritten, off, end);
+	account(f, p0, d0);
+	maybe_compact_locked(f);
+out:
+	check_file(f);
+	unlock_mutex(&f->lock);
+	buf_free(&b);
+	return rc ? rc : (ssize_t)len;
+}
+
+int data_truncate(struct data_file *f, uint64_t size)
+{
+	int rc = 0;
+	if (size > (uint64_t)INT64_MAX)
+		return -EFBIG;
+	lock_mutex(&f->lock);
+	uint64_t old = f->size;
+	if (size < old) {
+		rc = shrink_locked(f, size);
+	} else if (size > old) {
+		struct buf b = BUF_INIT;
+		/* cut first: stale bytes past the old size (a crash between a
+		 * shrink's log line and its ftruncate) must read as zeros */
+		if (ftruncate(f->fd, (off_t)old) ||
+		    ftruncate(f->fd, (off_t)size))
+			rc = -errno;
+		if (!rc)
+			rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", old,
+					size);
+		if (!rc)
+			rc = log_append(f, &b);
+		buf_free(&b);
+		if (!rc) {
+			uint64_t p0 = f->pbytes, d0 = f->dbytes;
+			f->size = size;
+			rc = set_add(&f->present, &f->pbytes, old, size);
+			if (!rc)
+				rc = set_add(&f->dirty, &f->dbytes, old, size);
+			if (!rc && f->nsnap)
+				rc = ranges_add(&f->rewritten, old, size);
+			account(f, p0, d0);
+		}
+	}
+	if (!rc)
+		maybe_compact_locked(f);
+	check_file(f);
+	unlock_mutex(&f->lock);
+	return rc;
+}
+
+int data_hydrate_all(struct data_file *f)
+{
+	int used = 0;
+	lock_mutex(&f->lock);
+	int rc = fill_locked(f, 0, f->size, 0, &used);
+	check_file(f);
+	unlock_mutex(&f->lock);
+	return rc;
+}
+
+int data_fd(struct data_file *f)
+{
+	return f->fd; /* set while a reference is held */
+}
+
+uint64_t data_size(struct data_file *f)
+{
+	lock_mutex(&f->lock);
+	uint64_t size = f->size;
+	unlock_mutex(&f->lock);
+	return size;
+}
+
+int data_present(struct data_file *f, struct ranges *out)
+{
+	lock_mutex(&f->lock);
+	int rc = copy_ranges(&f->present, out);
+	unlock_mutex(&f->lock);
+	return rc;
+}
+
+int data_dirty(struct data_file *f, struct ranges *out)
+{
+	lock_mutex(&f->lock);
+	int rc = copy_ranges(&f->dirty, out);
+	if (!rc)
+		f->nsnap++; /* writes from now on are tracked in rewritten */
+	unlock_mutex(&f->lock);
+	return rc;
+}
+
+/* Appends to out (and logs to b) the dirty parts of [s, e). */
+static int dirty_parts(const struct data_file *f, uint64_t s, uint64_t e,
+		       struct ranges *out, struct buf *b)
+{
+	uint64_t pos = s, gs, ge;
+	int rc = 0;
+	while (pos < e && rc == 0) {
+		if (!ranges_first_gap(&f->dirty, pos, e, &gs, &ge))
+			gs = ge = e; /* dirty up to e */
+		if (gs > pos) {
+			rc = ranges_add(out, pos, gs);
+			if (!rc)
+				rc = buf_printf(b,
+						"D- %" PRIu64 " %" PRIu64 "\n",
+						pos, gs);
+		}
+		pos = ge;
+	}
+	return rc;
+}
+
+int data_mark_clean(struct data_file *f, const struct ranges *dirty_snapshot)
+{
+	struct ranges clr, rm = RANGES_INIT;
+	struct buf b = BUF_INIT;
+	lock_mutex(&f->lock);
+	/* clear what the snapshot held, less what was written since */
+	int rc = copy_ranges(dirty_snapshot, &clr);
+	for (size_t i = 0; i < f->rewritten.n && rc == 0; i++)
+		rc = ranges_remove(&clr, f->rewritten.v[i].start,
+				   f->rewritten.v[i].end);
+	for (size_t i = 0; i < clr.n && rc == 0; i++)
+		rc = dirty_parts(f, clr.v[i].start, clr.v[i].end, &rm, &b);
+	if (!rc)
+		rc = log_append(f, &b);
+	if (!rc) {
+		uint64_t p0 = f->pbytes, d0 = f->dbytes;
+		for (size_t i = 0; i < rm.n && rc == 0; i++)
+			rc = set_remove(&f->dirty, &f->dbytes, rm.v[i].start,
+					rm.v[i].end);
+		account(f, p0, d0);
+		maybe_compact_locked(f);
+	}
+	if (f->nsnap && --f->nsnap == 0)
+		ranges_free(&f->rewritten);
+	check_file(f);
+	unlock_mutex(&f->lock);
+	ranges_free(&clr);
+	ranges_free(&rm);
+	buf_free(&b);
+	return rc;
+}
+
+int data_sync(struct data_file *f)
+{
+	int rc = 0;
+	lock_mutex(&f->lock);
+	if (fsync(f->fd))
+		rc = -errno;
+	if (fsync(f->logfd) && rc == 0)
+		rc = -errno;
+	if (rc == 0 && f->sync_dir) {
+		if (fsync(f->d->dirfd))
+			rc = -errno;
+		else
+			f->sync_dir = 0;
+	}
+	unlock_mutex(&f->lock);
+	return rc;
+}
+
+int data_remove(struct data *d, uint64_t ino)
+{
+	lock_mutex(&d->lock);
+	struct data_file *f = hash_find(d, ino);
+	if (f) {
+		lock_mutex(&f->lock);
+		__atomic_sub_fetch(&d->cached, f->pbytes, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&d->dirty, f->dbytes, __ATOMIC_RELAXED);
+		f->removed = 1; /* totals and compaction leave it alone now */
+		unlock_mutex(&f->lock);
+		hash_remove(d, f);
+		if (f->refs == 0)
+			lru_unlink(d, f);
+	}
+	int rc = unlink_pair(d, ino);
+	if (f && f->refs == 0)
+		file_free(f); /* else the last data_put() frees it */
+	unlock_mutex(&d->lock);
+	return rc;
+}
+
+/* Whether the cache is over its byte limit or under its free floor. */
+static int over_limits(const struct data *d)
+{
+	struct statvfs sv;
+	if (__atomic_load_n(&d->cached, __ATOMIC_RELAXED) > d->cfg.size_limit)
+		return 1;
+	if (!d->cfg.free_floor || fstatvfs(d->dirfd, &sv))
+		return 0; /* no floor, or no way to tell: the limit alone */
+	return (uint64_t)sv.f_bavail * sv.f_frsize < d->cfg.free_floor;
+}
+
+int64_t data_evict(struct data *d)
+{
+	int64_t freed = 0;
+	lock_mutex(&d->lock);
+	struct data_file *f = d->lru_head, *next;
+	for (; f && over_limits(d); f = next) {
+		next = f->lru_next;
+		assert(f->refs == 0);
+		lock_mutex(&f->lock);
+		if (f->dirty.n) { /* not in S3 yet: never evicted */
+			unlock_mutex(&f->lock);
+			continue;
+		}
+		if (unlink_pair(d, f->ino)) {
+			unlock_mutex(&f->lock);
+			continue; /* still there; try the next one */
+		}
+		uint64_t bytes = f->pbytes;
+		__atomic_sub_fetch(&d->cached, bytes, __ATOMIC_RELAXED);
+		f->removed = 1;
+		unlock_mutex(&f->lock);
+		lru_unlink(d, f);
+		hash_remove(d, f);
+		file_free(f);
+		freed += (int64_t)bytes;
+	}
+	unlock_mutex(&d->lock);
+	return freed;
+}
+
+void data_usage(struct data *d, uint64_t *cached, uint64_t *dirty)
+{
+	*cached = __atomic_load_n(&d->cached, __ATOMIC_RELAXED);
+	*dirty = __atomic_load_n(&d->dirty, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,107 @@
+/* data.h: the data cache: one sparse file per inode, and which bytes it holds.
+ *
+ * CACHE_DIR/data/<ino> holds the inode's bytes at their file offsets;
+ * CACHE_DIR/data/<ino>.log is an append-only record of two range sets
+ * (ranges.h): "present" (bytes in the cache file that are the file's true
+ * content) and "dirty" (bytes written here and not yet in S3). A change is
+ * appended to the log before the call that made it returns, so a crash of
+ * the daemon (kill -9) never loses track of a written byte; data_sync()
+ * fsyncs file and log for power-loss durability. The log is compacted
+ * (rewritten via a temporary file and rename) when it grows.
+ *
+ * Per-file states: ABSENT -> PARTIAL (some ranges present) -> FULL, with
+ * DIRTY ranges on top until data_mark_clean(). Evictable: files that are
+ * closed (no data_file reference) and have no dirty range. Open or dirty
+ * data is never evicted.
+ *
+ * Threading: all functions are thread-safe. Each data_file has its own
+ * lock; the data handle's lock guards the file table and LRU and is taken
+ * before a file's lock, never after. data_read() may block on the fetch
+ * callback (the network); nothing else does.
+ * Ownership: data_get() returns a reference that data_put() drops.
+ */
+#ifndef TIERFS_DATA_H
+#define TIERFS_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ranges.h"
+
+#define DATA_DEFAULT_READAHEAD_MIN (128u << 10)
+#define DATA_DEFAULT_READAHEAD_MAX (16u << 20)
+#define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
+
+/* Fills bytes [off, off+len) of the object behind ino into fd at fd_off
+ * (pwrite). Returns the bytes written (fewer only at the object's end),
+ * or -errno. Called without any data lock held. */
+typedef ssize_t (*data_fetch_fn)(void *ctx, uint64_t ino, uint64_t off,
+				 uint64_t len, int fd, off_t fd_off);
+
+struct data_config {
+	const char *dir;	/* CACHE_DIR/data; created if absent */
+	uint64_t size_limit;	/* bytes of cached data to keep (LRU) */
+	uint64_t free_floor;	/* keep this much free on the filesystem */
+	uint32_t readahead_min; /* first read-ahead window */
+	uint32_t readahead_max; /* sequential reads double it up to this */
+	data_fetch_fn fetch;
+	void *fetch_ctx;
+};
+
+struct data;
+struct data_file;
+
+void data_config_init(struct data_config *cfg);
+/* Opens the cache; reloads the range logs of files already there. */
+int data_open(const struct data_config *cfg, struct data **out);
+/* Closes the cache. References still held (a session that ended with
+ * RELEASEs undelivered) are dropped; their data is already on disk. */
+void data_close(struct data *d);
+
+/* A reference to ino's cache file, creating it (ABSENT) if needed. size is
+ * the file's current size (for read-ahead bounds and truncation). It is
+ * adopted when the file is not open and has no dirty byte (bytes past it
+ * are dropped); otherwise the cache keeps its own size (data_size()). */
+int data_get(struct data *d, uint64_t ino, uint64_t size,
+	     struct data_file **out);
+void data_put(struct data_file *f);
+
+/* Reads [off, off+len), first fetching the missing ranges (one fetch per
+ * gap, widened by the read-ahead window on sequential access; no
+ * read-ahead on random access). Returns bytes read (short at EOF). */
+ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off);
+/* Writes and marks [off, off+len) present and dirty; extends the size. */
+ssize_t data_write(struct data_file *f, const void *buf, size_t len,
+		   uint64_t off);
+/* Sets the size: bytes past it are dropped from both sets (and the file);
+ * growth adds a present, dirty hole of zeros. */
+int data_truncate(struct data_file *f, uint64_t size);
+/* Fetches every missing range, so that the cache file is FULL (before a
+ * whole-object upload). */
+int data_hydrate_all(struct data_file *f);
+/* The cache file's descriptor, for s3_put_fd()/s3_upload_fd(). Valid
+ * while the reference is held. */
+int data_fd(struct data_file *f);
+uint64_t data_size(struct data_file *f);
+/* Copies of the range sets (caller frees with ranges_free()). */
+int data_present(struct data_file *f, struct ranges *out);
+/* data_dirty() also takes an upload snapshot: hand every one back to
+ * data_mark_clean() (an empty set after a failed upload). An unreturned
+ * snapshot keeps later writes dirty until the last reference is dropped. */
+int data_dirty(struct data_file *f, struct ranges *out);
+/* Clears the dirty ranges that were dirty when the uploader copied them
+ * (dirty_snapshot); ranges written since stay dirty. */
+int data_mark_clean(struct data_file *f, const struct ranges *dirty_snapshot);
+/* fsyncs the cache file and its log. */
+int data_sync(struct data_file *f);
+
+/* Drops ino's cache file and log (the inode is gone). */
+int data_remove(struct data *d, uint64_t ino);
+/* Evicts least-recently-used evictable files until cached bytes are under
+ * the limit and the free floor is met. Returns bytes freed. */
+int64_t data_evict(struct data *d);
+/* Cached bytes (present ranges) and dirty bytes in all files. */
+void data_usage(struct data *d, uint64_t *cached, uint64_t *dirty);
+
+#endif

@@ -1,0 +1,957 @@
+/* test_data.c: the data cache (cache/data.c) against a fake object store.
+ *
+ * The fake fetch callback serves an in-memory "object", counts calls and
+ * records the ranges asked for, and can fail or block on a semaphore. Each
+ * test runs in its own temporary cache directory.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../cache/data.h"
+
+#define MAX_CALLS 256
+#define RA_MIN (16u << 10)
+#define RA_MAX (64u << 10)
+
+struct fake {
+	pthread_mutex_t lock;
+	const unsigned char *obj; /* the object's bytes; not owned */
+	size_t objlen;
+	int calls;
+	uint64_t off[MAX_CALLS];
+	uint64_t len[MAX_CALLS];
+	int err;   /* fail every fetch with -err */
+	int block; /* post `started`, then wait on `gate` */
+	sem_t started;
+	sem_t gate;
+};
+
+struct env {
+	char dir[64];
+	struct data_config cfg;
+	struct data *d;
+	struct fake fk;
+	unsigned char obj[1u << 20];
+};
+
+static unsigned char obj_byte(uint64_t i)
+{
+	return (unsigned char)(1 + i % 251); /* never 0: zeros stand out */
+}
+
+static ssize_t fake_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
+			  int fd, off_t fd_off)
+{
+	struct fake *fk = ctx;
+	(void)ino;
+	pthread_mutex_lock(&fk->lock);
+	if (fk->calls < MAX_CALLS) {
+		fk->off[fk->calls] = off;
+		fk->len[fk->calls] = len;
+	}
+	fk->calls++;
+	int block = fk->block, err = fk->err;
+	pthread_mutex_unlock(&fk->lock);
+	if (block) {
+		sem_post(&fk->started);
+		sem_wait(&fk->gate);
+	}
+	if (err)
+		return -err;
+	size_t n = off >= fk->objlen ? 0 : fk->objlen - off;
+	if (n > len)
+		n = len;
+	if (n && pwrite(fd, fk->obj + off, n, fd_off) != (ssize_t)n)
+		return -EIO;
+	return (ssize_t)n;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+		    struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static int setup(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+	assert_non_null(e);
+	strcpy(e->dir, "/tmp/test_data.XXXXXX");
+	assert_non_null(mkdtemp(e->dir));
+	for (size_t i = 0; i < sizeof(e->obj); i++)
+		e->obj[i] = obj_byte(i);
+	pthread_mutex_init(&e->fk.lock, NULL);
+	sem_init(&e->fk.started, 0, 0);
+	sem_init(&e->fk.gate, 0, 0);
+	e->fk.obj = e->obj;
+	e->fk.objlen = sizeof(e->obj);
+	data_config_init(&e->cfg);
+	e->cfg.dir = e->dir;
+	e->cfg.size_limit = UINT64_MAX;
+	e->cfg.free_floor = 0;
+	e->cfg.readahead_min = RA_MIN;
+	e->cfg.readahead_max = RA_MAX;
+	e->cfg.fetch = fake_fetch;
+	e->cfg.fetch_ctx = &e->fk;
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+	data_close(e->d);
+	nftw(e->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	sem_destroy(&e->fk.started);
+	sem_destroy(&e->fk.gate);
+	pthread_mutex_destroy(&e->fk.lock);
+	free(e);
+	return 0;
+}
+
+static void reopen(struct env *e)
+{
+	data_close(e->d);
+	e->d = NULL;
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+}
+
+static void expect_encoding(const struct ranges *r, const char *want)
+{
+	struct buf b = BUF_INIT;
+	assert_int_equal(ranges_encode(r, &b), 0);
+	assert_string_equal(b.data ? b.data : "", want);
+	buf_free(&b);
+}
+
+static void expect_present(struct data_file *f, const char *want)
+{
+	struct ranges r = RANGES_INIT;
+	assert_int_equal(data_present(f, &r), 0);
+	expect_encoding(&r, want);
+	ranges_free(&r);
+}
+
+/* data_dirty() takes an upload snapshot; hand it back cleared of nothing */
+static void expect_dirty(struct data_file *f, const char *want)
+{
+	struct ranges r = RANGES_INIT, none = RANGES_INIT;
+	assert_int_equal(data_dirty(f, &r), 0);
+	expect_encoding(&r, want);
+	assert_int_equal(data_mark_clean(f, &none), 0);
+	ranges_free(&r);
+}
+
+static void expect_obj(const unsigned char *buf, uint64_t off, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != obj_byte(off + i))
+			fail_msg("byte %zu (offset %llu): %u, want %u", i,
+				 (unsigned long long)(off + i), buf[i],
+				 obj_byte(off + i));
+}
+
+static void expect_fill(const unsigned char *buf, unsigned char c, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] != c)
+			fail_msg("byte %zu: %u, want %u", i, buf[i], c);
+}
+
+static void expect_call(struct env *e, int i, uint64_t off, uint64_t len)
+{
+	assert_true(i < e->fk.calls);
+	assert_int_equal(e->fk.off[i], off);
+	assert_int_equal(e->fk.len[i], len);
+}
+
+static int file_exists(struct env *e, const char *name)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	return access(path, F_OK) == 0;
+}
+
+static void test_read_of_absent_range_fetches_exactly_it_once(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[5000];
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	assert_int_equal(data_read(f, buf, sizeof(buf), 10000), 5000);
+	expect_obj(buf, 10000, 5000);
+	assert_int_equal(e->fk.calls, 1);
+	expect_call(e, 0, 10000, 5000); /* random access: no read-ahead */
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(data_read(f, buf, sizeof(buf), 10000), 5000);
+	expect_obj(buf, 10000, 5000);
+	assert_int_equal(e->fk.calls, 1); /* served from the cache */
+	expect_present(f, "10000-15000");
+	expect_dirty(f, "");
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 5000);
+	assert_int_equal(dirty, 0);
+	data_put(f);
+}
+
+static void
+test_sequential_reads_double_readahead_and_random_resets(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	assert_int_equal(data_get(e->d, 1, 512 * K, &f), 0);
+	for (uint64_t off = 0; off < 256 * K; off += 4 * K) {
+		assert_int_equal(data_read(f, buf, 4096, off), 4096);
+		expect_obj(buf, off, 4096);
+	}
+	/* first read random (exact); then min, doubling, capped at max */
+	assert_int_equal(e->fk.calls, 7);
+	expect_call(e, 0, 0, 4 * K);
+	expect_call(e, 1, 4 * K, 16 * K);
+	expect_call(e, 2, 20 * K, 32 * K);
+	expect_call(e, 3, 52 * K, 64 * K);
+	expect_call(e, 4, 116 * K, 64 * K);
+	expect_call(e, 5, 180 * K, 64 * K);
+	expect_call(e, 6, 244 * K, 64 * K);
+	/* a jump is random access: exactly the bytes asked for */
+	assert_int_equal(data_read(f, buf, 4096, 400 * K), 4096);
+	expect_obj(buf, 400 * K, 4096);
+	expect_call(e, 7, 400 * K, 4 * K);
+	/* and sequential access after it starts again from readahead_min */
+	assert_int_equal(data_read(f, buf, 4096, 404 * K), 4096);
+	expect_obj(buf, 404 * K, 4096);
+	expect_call(e, 8, 404 * K, 16 * K);
+	/* read-ahead stops at the file's size */
+	assert_int_equal(data_read(f, buf, 4096, 500 * K), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 504 * K), 4096);
+	expect_call(e, 10, 504 * K, 8 * K);
+	assert_int_equal(e->fk.calls, 11);
+	data_put(f);
+}
+
+static void test_reads_past_object_end_return_zeros_up_to_size(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[9000];
+	e->fk.objlen = 10000; /* the object is shorter than the file */
+	assert_int_equal(data_get(e->d, 1, 16384, &f), 0);
+	memset(buf, 0xee, sizeof(buf));
+	assert_int_equal(data_read(f, buf, sizeof(buf), 8192), 8192);
+	expect_obj(buf, 8192, 10000 - 8192);
+	expect_fill(buf + (10000 - 8192), 0, 16384 - 10000);
+	assert_int_equal(data_read(f, buf, sizeof(buf), 16384), 0);
+	assert_int_equal(data_read(f, buf, sizeof(buf), 20000), 0);
+	expect_present(f, "8192-16384");
+	assert_int_equal(e->fk.calls, 1);
+	data_put(f);
+}
+
+static void test_truncate_grow_reads_zeros_without_fetching(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	static unsigned char buf[20000];
+	e->fk.objlen = 10000;
+	assert_int_equal(data_get(e->d, 1, 10000, &f), 0);
+	assert_int_equal(data_read(f, buf, 10000, 0), 10000);
+	assert_int_equal(data_truncate(f, 20000), 0);
+	assert_int_equal(data_size(f), 20000);
+	memset(buf, 0xee, sizeof(buf));
+	assert_int_equal(data_read(f, buf, 11000, 9000), 11000);
+	expect_obj(buf, 9000, 1000);
+	expect_fill(buf + 1000, 0, 10000);
+	assert_int_equal(e->fk.calls, 1);
+	expect_present(f, "0-20000");
+	expect_dirty(f, "10000-20000");
+	/* shrink drops both sets; growing again shows zeros, not old bytes */
+	assert_int_equal(data_truncate(f, 5000), 0);
+	expect_present(f, "0-5000");
+	expect_dirty(f, "");
+	assert_int_equal(data_read(f, buf, 2000, 4000), 1000);
+	assert_int_equal(data_truncate(f, 8000), 0);
+	memset(buf, 0xee, sizeof(buf));
+	assert_int_equal(data_read(f, buf, 8000, 0), 8000);
+	expect_obj(buf, 0, 5000);
+	expect_fill(buf + 5000, 0, 3000);
+	assert_int_equal(e->fk.calls, 1);
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 8000);
+	assert_int_equal(dirty, 3000);
+	data_put(f);
+}
+
+static void test_write_over_partial_data_merges_with_fetched_bytes(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[10000], x[4096];
+	memset(x, 'X', sizeof(x));
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_write(f, x, sizeof(x), 2048), 4096);
+	expect_present(f, "0-6144");
+	expect_dirty(f, "2048-6144");
+	assert_int_equal(data_read(f, buf, 10000, 0), 10000);
+	assert_int_equal(e->fk.calls, 2);
+	expect_call(e, 1, 6144, 10000 - 6144); /* only the gap */
+	expect_obj(buf, 0, 2048);
+	expect_fill(buf + 2048, 'X', 4096);
+	expect_obj(buf + 6144, 6144, 10000 - 6144);
+	/* a write past the end extends the size */
+	assert_int_equal(data_write(f, x, 100, 70000), 100);
+	assert_int_equal(data_size(f), 70100);
+	data_put(f);
+}
+
+static void test_fetch_error_propagates_and_marks_nothing_present(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	e->fk.err = EIO;
+	assert_int_equal(data_read(f, buf, sizeof(buf), 0), -EIO);
+	expect_present(f, "");
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 0);
+	e->fk.err = ETIMEDOUT;
+	assert_int_equal(data_hydrate_all(f), -ETIMEDOUT);
+	expect_present(f, "");
+	e->fk.err = 0;
+	assert_int_equal(data_read(f, buf, sizeof(buf), 0), 4096);
+	expect_obj(buf, 0, 4096);
+	expect_present(f, "0-4096");
+	data_put(f);
+}
+
+struct reader {
+	struct data_file *f;
+	uint64_t off;
+	size_t len;
+	ssize_t rc;
+	unsigned char buf[8192];
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *r = arg;
+	r->rc = data_read(r->f, r->buf, r->len, r->off);
+	return NULL;
+}
+
+static void
+test_concurrent_readers_of_missing_range_share_one_fetch(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct reader rd[4];
+	pthread_t th[4];
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	e->fk.block = 1;
+	for (int i = 0; i < 4; i++) {
+		rd[i] = (struct reader){.f = f, .off = 0, .len = 8192};
+		assert_int_equal(
+			pthread_create(&th[i], NULL, reader_main, &rd[i]), 0);
+		if (i == 0) /* the first reader's fetch is in flight */
+			assert_int_equal(sem_wait(&e->fk.started), 0);
+	}
+	/* Give the others time to reach the in-flight range (they find it
+	 * present if they come later: one fetch either way). */
+	struct timespec ts = {0, 50 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(&e->fk.lock);
+	e->fk.block = 0; /* a second fetch, if any, would not block */
+	pthread_mutex_unlock(&e->fk.lock);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(rd[i].rc, 8192);
+		expect_obj(rd[i].buf, 0, 8192);
+	}
+	assert_int_equal(e->fk.calls, 1);
+	data_put(f);
+}
+
+static void test_write_during_inflight_fetch_is_not_overwritten(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct reader rd = {.off = 0, .len = 8192};
+	pthread_t th;
+	unsigned char w[1000], buf[8192];
+	memset(w, 'W', sizeof(w));
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	rd.f = f;
+	e->fk.block = 1;
+	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+	assert_int_equal(sem_wait(&e->fk.started), 0);
+	/* the fetch of [0, 8192) is in flight; this write lands on it */
+	assert_int_equal(data_write(f, w, sizeof(w), 1000), 1000);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(rd.rc, 8192);
+	expect_obj(rd.buf, 0, 1000);
+	expect_fill(rd.buf + 1000, 'W', 1000);
+	expect_obj(rd.buf + 2000, 2000, 8192 - 2000);
+	e->fk.block = 0;
+	assert_int_equal(data_read(f, buf, sizeof(buf), 0), 8192);
+	expect_fill(buf + 1000, 'W', 1000);
+	expect_obj(buf + 2000, 2000, 8192 - 2000);
+	assert_int_equal(e->fk.calls, 1);
+	expect_present(f, "0-8192");
+	expect_dirty(f, "1000-2000");
+	data_put(f);
+}
+
+static void
+test_mark_clean_keeps_ranges_written_after_snapshot_dirty(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct ranges snap = RANGES_INIT;
+	unsigned char w[8192];
+	memset(w, 'a', sizeof(w));
+	assert_int_equal(data_get(e->d, 1, 0, &f), 0);
+	assert_int_equal(data_write(f, w, 8192, 0), 8192);
+	assert_int_equal(data_dirty(f, &snap), 0); /* the upload starts */
+	expect_encoding(&snap, "0-8192");
+	assert_int_equal(data_write(f, w, 904, 4096), 904); /* during it */
+	assert_int_equal(data_truncate(f, 10000), 0);	    /* grows: dirty */
+	assert_int_equal(data_mark_clean(f, &snap), 0);	    /* it is done */
+	ranges_free(&snap);
+	expect_dirty(f, "4096-5000,8192-10000");
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 10000);
+	assert_int_equal(dirty, 904 + 1808);
+	/* the next upload, with no write during it, cleans everything */
+	assert_int_equal(data_dirty(f, &snap), 0);
+	assert_int_equal(data_mark_clean(f, &snap), 0);
+	ranges_free(&snap);
+	expect_dirty(f, "");
+	expect_present(f, "0-10000");
+	data_put(f);
+	reopen(e); /* the D- records were logged */
+	assert_int_equal(data_get(e->d, 1, 10000, &f), 0);
+	expect_dirty(f, "");
+	expect_present(f, "0-10000");
+	data_put(f);
+}
+
+static void test_close_and_reopen_restore_sets_data_and_usage(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct ranges snap = RANGES_INIT;
+	unsigned char buf[30000], w[3000];
+	memset(w, 'q', sizeof(w));
+	assert_int_equal(data_get(e->d, 3, 100000, &f), 0);
+	assert_int_equal(data_read(f, buf, 20000, 0), 20000);
+	assert_int_equal(data_write(f, w, 3000, 50000), 3000);
+	assert_int_equal(data_write(f, w, 3000, 10000), 3000);
+	assert_int_equal(data_dirty(f, &snap), 0);
+	assert_int_equal(data_write(f, w, 10, 50000), 10);
+	assert_int_equal(data_mark_clean(f, &snap), 0);
+	ranges_free(&snap);
+	assert_int_equal(data_truncate(f, 52000), 0);
+	expect_present(f, "0-20000,50000-52000");
+	expect_dirty(f, "50000-50010");
+	assert_int_equal(data_sync(f), 0);
+	data_put(f);
+	uint64_t c0, d0, c1, d1;
+	data_usage(e->d, &c0, &d0);
+	reopen(e);
+	data_usage(e->d, &c1, &d1);
+	assert_int_equal(c1, c0);
+	assert_int_equal(d1, d0);
+	assert_int_equal(c1, 22000);
+	assert_int_equal(d1, 10);
+	int calls = e->fk.calls;
+	assert_int_equal(data_get(e->d, 3, 52000, &f), 0);
+	expect_present(f, "0-20000,50000-52000");
+	expect_dirty(f, "50000-50010");
+	assert_int_equal(data_size(f), 52000);
+	assert_int_equal(data_read(f, buf, 20000, 0), 20000);
+	expect_obj(buf, 0, 10000);
+	expect_fill(buf + 10000, 'q', 3000);
+	expect_obj(buf + 13000, 13000, 7000);
+	assert_int_equal(data_read(f, buf, 5000, 50000), 2000);
+	expect_fill(buf, 'q', 2000);
+	assert_int_equal(e->fk.calls, calls); /* nothing fetched */
+	data_put(f);
+}
+
+static void test_clean_file_adopts_callers_size_on_get(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	assert_int_equal(data_get(e->d, 4, 8192, &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	data_put(f);
+	assert_int_equal(data_get(e->d, 4, 2048, &f), 0);
+	assert_int_equal(data_size(f), 2048);
+	expect_present(f, "0-2048");
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 4, 2048, &f), 0);
+	expect_present(f, "0-2048");
+	data_put(f);
+}
+
+static unsigned char crash_byte(uint64_t i, uint64_t j)
+{
+	return (unsigned char)(1 + (i * 7 + j) % 253);
+}
+
+#define CRASH_W 512
+
+/* The child: writes record i at i * CRASH_W, reporting each completed
+ * write on fd, until n writes (then it kills itself) or it is killed. */
+static void crash_child(struct env *e, int fd, uint64_t n)
+{
+	struct data *d;
+	struct data_file *f;
+	unsigned char w[CRASH_W];
+	if (data_open(&e->cfg, &d) || data_get(d, 7, 0, &f))
+		_exit(2);
+	for (uint64_t i = 0; i < n; i++) {
+		for (uint64_t j = 0; j < CRASH_W; j++)
+			w[j] = crash_byte(i, j);
+		if (data_write(f, w, CRASH_W, i * CRASH_W) != CRASH_W)
+			_exit(3);
+		uint32_t done = (uint32_t)i + 1;
+		if (fd >= 0 && write(fd, &done, sizeof(done)) != sizeof(done))
+			_exit(4);
+	}
+	raise(SIGKILL);
+	_exit(5);
+}
+
+/* Every one of the first `done` writes is present, dirty and intact;
+ * any later one that the log records is intact too. */
+static void expect_crash_writes(struct env *e, uint64_t done, uint64_t max)
+{
+	struct data_file *f;
+	struct ranges p = RANGES_INIT, dr = RANGES_INIT, none = RANGES_INIT;
+	unsigned char buf[CRASH_W];
+	assert_int_equal(data_get(e->d, 7, 0, &f), 0);
+	assert_int_equal(data_present(f, &p), 0);
+	assert_int_equal(data_dirty(f, &dr), 0);
+	assert_int_equal(data_mark_clean(f, &none), 0);
+	assert_true(ranges_contains(&dr, 0, done * CRASH_W));
+	assert_true(data_size(f) >= done * CRASH_W);
+	for (uint64_t i = 0; i < max; i++) {
+		if (!ranges_contains(&dr, i * CRASH_W, (i + 1) * CRASH_W)) {
+			assert_true(i >= done);
+			continue;
+		}
+		assert_true(
+			ranges_contains(&p, i * CRASH_W, (i + 1) * CRASH_W));
+		assert_int_equal(data_read(f, buf, CRASH_W, i * CRASH_W),
+				 CRASH_W);
+		for (uint64_t j = 0; j < CRASH_W; j++)
+			if (buf[j] != crash_byte(i, j))
+				fail_msg("write %llu byte %llu",
+					 (unsigned long long)i,
+					 (unsigned long long)j);
+	}
+	assert_int_equal(e->fk.calls, 0); /* all of it was local */
+	ranges_free(&p);
+	ranges_free(&dr);
+	data_put(f);
+}
+
+static void test_kill9_after_writes_loses_no_completed_write(void **state)
+{
+	struct env *e = *state;
+	data_close(e->d); /* one process at a time owns the directory */
+	e->d = NULL;
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		crash_child(e, -1, 300);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	expect_crash_writes(e, 300, 300);
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 300 * CRASH_W);
+	assert_int_equal(dirty, 300 * CRASH_W);
+}
+
+static void test_kill9_mid_stream_loses_no_completed_write(void **state)
+{
+	struct env *e = *state;
+	int p[2];
+	const uint64_t max = 20000; /* crosses several log compactions */
+	data_close(e->d);
+	e->d = NULL;
+	assert_int_equal(pipe(p), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		crash_child(e, p[1], max);
+	}
+	close(p[1]);
+	uint32_t done = 0, v;
+	while (done < 6000 && read(p[0], &v, sizeof(v)) == sizeof(v))
+		done = v;
+	assert_int_equal(kill(pid, SIGKILL), 0); /* while it writes on */
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	while (read(p[0], &v, sizeof(v)) == sizeof(v))
+		done = v; /* reported before the kill */
+	close(p[0]);
+	assert_true(done >= 6000);
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	expect_crash_writes(e, done, max);
+}
+
+static void append_to(struct env *e, const char *name, const char *text)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	assert_int_equal(close(fd), 0);
+}
+
+static void test_torn_last_log_line_is_ignored_and_cut_off(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char w[100];
+	memset(w, 'z', sizeof(w));
+	assert_int_equal(data_get(e->d, 2, 0, &f), 0);
+	assert_int_equal(data_write(f, w, 100, 0), 100);
+	data_put(f);
+	data_close(e->d);
+	e->d = NULL;
+	append_to(e, "2.log", "D+ 500 90"); /* the crash tore this write */
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_int_equal(data_get(e->d, 2, 100, &f), 0);
+	expect_dirty(f, "0-100");
+	assert_int_equal(data_size(f), 100);
+	/* the next record must not be glued onto the torn one */
+	assert_int_equal(data_write(f, w, 100, 200), 100);
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 2, 300, &f), 0);
+	expect_dirty(f, "0-100,200-300");
+	data_put(f);
+	/* a garbled complete line is skipped, the rest still applies */
+	data_close(e->d);
+	e->d = NULL;
+	append_to(e, "2.log", "X? what\nD+ 400 450\n");
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_int_equal(data_get(e->d, 2, 450, &f), 0);
+	expect_dirty(f, "0-100,200-300,400-450");
+	data_put(f);
+}
+
+static void test_compaction_keeps_sets_and_data_identical(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct ranges p0 = RANGES_INIT, d0 = RANGES_INIT, snap = RANGES_INIT;
+	struct ranges none = RANGES_INIT;
+	unsigned char buf[20000];
+	assert_int_equal(data_get(e->d, 9, 40000, &f), 0);
+	assert_int_equal(data_read(f, buf, 1000, 30000), 1000); /* P+ */
+	for (uint64_t i = 0; i < 12000; i++) {
+		unsigned char c = (unsigned char)('a' + i % 26);
+		uint64_t off = i < 100 ? 20000 + 2 * i : i; /* some holes */
+		assert_int_equal(data_write(f, &c, 1, off), 1);
+		if (i == 6000) { /* and some D- records */
+			assert_int_equal(data_dirty(f, &snap), 0);
+			assert_int_equal(data_mark_clean(f, &snap), 0);
+			ranges_free(&snap);
+		}
+	}
+	struct stat st;
+	char path[128];
+	snprintf(path, sizeof(path), "%s/9.log", e->dir);
+	assert_int_equal(stat(path, &st), 0);
+	/* ~13 bytes a record, 12000 records: it was compacted */
+	assert_true(st.st_size < (64 << 10));
+	assert_false(file_exists(e, "9.log.tmp"));
+	assert_int_equal(data_present(f, &p0), 0);
+	assert_int_equal(data_dirty(f, &d0), 0);
+	assert_int_equal(data_mark_clean(f, &none), 0);
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 9, 40000, &f), 0);
+	struct ranges p1 = RANGES_INIT, d1 = RANGES_INIT;
+	assert_int_equal(data_present(f, &p1), 0);
+	assert_int_equal(data_dirty(f, &d1), 0);
+	assert_int_equal(data_mark_clean(f, &none), 0);
+	struct buf a = BUF_INIT, b = BUF_INIT;
+	assert_int_equal(ranges_encode(&p0, &a), 0);
+	assert_int_equal(ranges_encode(&p1, &b), 0);
+	assert_string_equal(a.data, b.data);
+	buf_reset(&a);
+	buf_reset(&b);
+	assert_int_equal(ranges_encode(&d0, &a), 0);
+	assert_int_equal(ranges_encode(&d1, &b), 0);
+	assert_string_equal(a.data, b.data);
+	buf_free(&a);
+	buf_free(&b);
+	assert_int_equal(data_read(f, buf, 12000, 0), 12000);
+	for (uint64_t i = 100; i < 12000; i++)
+		assert_int_equal(buf[i], 'a' + i % 26);
+	ranges_free(&p0);
+	ranges_free(&d0);
+	ranges_free(&p1);
+	ranges_free(&d1);
+	data_put(f);
+}
+
+static void test_hydrate_all_fetches_every_missing_range(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	static unsigned char buf[100000];
+	unsigned char w[1000];
+	memset(w, 'h', sizeof(w));
+	assert_int_equal(data_get(e->d, 1, 100000, &f), 0);
+	assert_int_equal(data_read(f, buf, 10000, 40000), 10000);
+	assert_int_equal(data_write(f, w, 1000, 70000), 1000);
+	assert_int_equal(data_hydrate_all(f), 0);
+	expect_present(f, "0-100000");
+	assert_int_equal(e->fk.calls, 4);
+	expect_call(e, 1, 0, 40000);
+	expect_call(e, 2, 50000, 20000);
+	expect_call(e, 3, 71000, 29000);
+	assert_int_equal(data_read(f, buf, 100000, 0), 100000);
+	expect_obj(buf, 0, 70000);
+	expect_fill(buf + 70000, 'h', 1000);
+	expect_obj(buf + 71000, 71000, 29000);
+	assert_int_equal(e->fk.calls, 4);
+	data_put(f);
+}
+
+/* Makes ino a closed file with `bytes` clean cached bytes. */
+static void make_clean_file(struct env *e, uint64_t ino, size_t bytes)
+{
+	struct data_file *f;
+	static unsigned char buf[8192];
+	assert_int_equal(data_get(e->d, ino, bytes, &f), 0);
+	assert_int_equal(data_read(f, buf, bytes, 0), (ssize_t)bytes);
+	data_put(f);
+}
+
+static void test_evict_drops_least_recently_used_down_to_limit(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	e->cfg.size_limit = 8192;
+	reopen(e);
+	make_clean_file(e, 1, 4096);
+	make_clean_file(e, 2, 4096);
+	make_clean_file(e, 3, 4096);
+	assert_int_equal(data_get(e->d, 1, 4096, &f), 0); /* 1 is used */
+	data_put(f);
+	/* LRU order is now 2, 3, 1: one file must go, and it is 2 */
+	assert_int_equal(data_evict(e->d), 4096);
+	assert_false(file_exists(e, "2"));
+	assert_false(file_exists(e, "2.log"));
+	assert_true(file_exists(e, "1") && file_exists(e, "3"));
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 8192);
+	assert_int_equal(data_evict(e->d), 0); /* under the limit */
+	/* an evicted file comes back ABSENT */
+	assert_int_equal(data_get(e->d, 2, 4096, &f), 0);
+	expect_present(f, "");
+	data_put(f);
+}
+
+static void test_evict_never_drops_open_or_dirty_files(void **state)
+{
+	struct env *e = *state;
+	struct data_file *held, *f;
+	unsigned char w[100] = {0};
+	e->cfg.size_limit = 0;
+	reopen(e);
+	make_clean_file(e, 1, 4096);
+	assert_int_equal(data_get(e->d, 1, 4096, &held), 0); /* open */
+	assert_int_equal(data_get(e->d, 2, 0, &f), 0);
+	assert_int_equal(data_write(f, w, 100, 0), 100); /* dirty */
+	data_put(f);
+	make_clean_file(e, 3, 4096);
+	assert_int_equal(data_evict(e->d), 4096); /* only 3 */
+	assert_true(file_exists(e, "1") && file_exists(e, "2"));
+	assert_false(file_exists(e, "3"));
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 4096 + 100);
+	assert_int_equal(dirty, 100);
+	data_put(held); /* now closed and clean: it may go */
+	assert_int_equal(data_evict(e->d), 4096);
+	assert_false(file_exists(e, "1"));
+	assert_true(file_exists(e, "2"));
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 100);
+}
+
+static void test_free_floor_evicts_clean_closed_files(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char w[10] = {0};
+	e->cfg.free_floor = UINT64_MAX; /* can never be met */
+	reopen(e);
+	make_clean_file(e, 1, 4096);
+	make_clean_file(e, 2, 2048);
+	assert_int_equal(data_get(e->d, 3, 0, &f), 0);
+	assert_int_equal(data_write(f, w, 10, 0), 10);
+	data_put(f);
+	assert_int_equal(data_evict(e->d), 4096 + 2048);
+	assert_true(file_exists(e, "3"));
+	assert_false(file_exists(e, "1") || file_exists(e, "2"));
+}
+
+static void test_reopen_orders_lru_by_log_mtime(void **state)
+{
+	struct env *e = *state;
+	make_clean_file(e, 1, 4096);
+	make_clean_file(e, 2, 4096);
+	make_clean_file(e, 3, 4096);
+	data_close(e->d);
+	e->d = NULL;
+	/* 3 is the oldest, then 1, then 2 */
+	const uint64_t order[3] = {3, 1, 2};
+	for (int i = 0; i < 3; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%llu.log",
+			 (unsigned long long)order[i]);
+		struct timespec ts[2] = {{1000000 + i, 0}, {1000000 + i, 0}};
+		int dfd = open(e->dir, O_RDONLY | O_DIRECTORY);
+		assert_true(dfd >= 0);
+		assert_int_equal(utimensat(dfd, name, ts, 0), 0);
+		close(dfd);
+	}
+	e->cfg.size_limit = 8192;
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_int_equal(data_evict(e->d), 4096);
+	assert_false(file_exists(e, "3"));
+	assert_true(file_exists(e, "1") && file_exists(e, "2"));
+}
+
+static void test_remove_deletes_dirty_open_file_and_its_log(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f, *g;
+	unsigned char w[100], buf[100];
+	memset(w, 'r', sizeof(w));
+	assert_int_equal(data_get(e->d, 5, 0, &f), 0);
+	assert_int_equal(data_write(f, w, 100, 0), 100);
+	assert_int_equal(data_remove(e->d, 5), 0);
+	assert_false(file_exists(e, "5") || file_exists(e, "5.log"));
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 0);
+	assert_int_equal(dirty, 0);
+	/* the open reference still works (unlink while open) ... */
+	assert_int_equal(data_write(f, w, 100, 100), 100);
+	assert_int_equal(data_read(f, buf, 100, 0), 100);
+	expect_fill(buf, 'r', 100);
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(dirty, 0);
+	/* ... and a reused inode number starts empty */
+	assert_int_equal(data_get(e->d, 5, 0, &g), 0);
+	expect_present(g, "");
+	data_put(f);
+	data_put(g);
+	assert_int_equal(data_remove(e->d, 12345), 0); /* not cached: fine */
+	reopen(e);
+	assert_int_equal(data_get(e->d, 5, 0, &g), 0);
+	expect_present(g, "");
+	data_put(g);
+}
+
+static void test_open_drops_strays_and_keeps_valid_files(void **state)
+{
+	struct env *e = *state;
+	make_clean_file(e, 1, 4096);
+	data_close(e->d);
+	e->d = NULL;
+	append_to(e, "99", "data with no log");
+	append_to(e, "98.log", "P+ 0 10\n"); /* a log with no data */
+	append_to(e, "1.log.tmp", "S 0\n");  /* an unfinished compaction */
+	append_to(e, "notes.txt", "not ours");
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_false(file_exists(e, "99") || file_exists(e, "98.log") ||
+		     file_exists(e, "1.log.tmp"));
+	assert_true(file_exists(e, "1") && file_exists(e, "notes.txt"));
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 4096);
+	assert_int_equal(dirty, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+		T(test_read_of_absent_range_fetches_exactly_it_once),
+		T(test_sequential_reads_double_readahead_and_random_resets),
+		T(test_reads_past_object_end_return_zeros_up_to_size),
+		T(test_truncate_grow_reads_zeros_without_fetching),
+		T(test_write_over_partial_data_merges_with_fetched_bytes),
+		T(test_fetch_error_propagates_and_marks_nothing_present),
+		T(test_concurrent_readers_of_missing_range_share_one_fetch),
+		T(test_write_during_inflight_fetch_is_not_overwritten),
+		T(test_mark_clean_keeps_ranges_written_after_snapshot_dirty),
+		T(test_close_and_reopen_restore_sets_data_and_usage),
+		T(test_clean_file_adopts_callers_size_on_get),
+		T(test_kill9_after_writes_loses_no_completed_write),
+		T(test_kill9_mid_stream_loses_no_completed_write),
+		T(test_torn_last_log_line_is_ignored_and_cut_off),
+		T(test_compaction_keeps_sets_and_data_identical),
+		T(test_hydrate_all_fetches_every_missing_range),
+		T(test_evict_drops_least_recently_used_down_to_limit),
+		T(test_evict_never_drops_open_or_dirty_files),
+		T(test_free_floor_evicts_clean_closed_files),
+		T(test_reopen_orders_lru_by_log_mtime),
+		T(test_remove_deletes_dirty_open_file_and_its_log),
+		T(test_open_drops_strays_and_keeps_valid_files),
+#undef T
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
