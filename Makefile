@@ -16,7 +16,7 @@ PYTHON   := /usr/bin/python3
 BUILD    := build
 ASAN     := $(BUILD)/asan
 
-PKGS     := libcurl openssl expat sqlite3
+PKGS     := libcurl openssl expat sqlite3 fuse3
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wpointer-arith \
 	-Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread -g \
@@ -29,7 +29,8 @@ SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c
-CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c
+CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c \
+	cache/fs.c
 UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data
 INTEG_TESTS := test_s3_live
@@ -38,7 +39,7 @@ INTEG_TESTS := test_s3_live
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
 
-all: $(BUILD)/tierfsctl
+all: $(BUILD)/tierfsctl $(BUILD)/tierfs
 
 deps:
 	@hack/install-deps.sh
@@ -72,6 +73,14 @@ $(BUILD)/tierfsctl: $(BUILD)/obj/csi/tierfsctl.o $(BUILD)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/tierfs: $(BUILD)/obj/cache/mount.o $(BUILD)/libtierfs-cache.a $(BUILD)/libtierfs-s3.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(ASAN)/tierfs: $(ASAN)/obj/cache/mount.o $(ASAN)/libtierfs-cache.a $(ASAN)/libtierfs-s3.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
+
 $(ASAN)/tierfsctl: $(ASAN)/obj/csi/tierfsctl.o $(ASAN)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
@@ -98,9 +107,9 @@ $(ASAN)/tests/test_s3_live: $(ASAN)/obj/tests/integration/test_s3_live.o $(ASAN)
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%) \
-	$(INTEG_TESTS:%=$(ASAN)/tests/%) $(ASAN)/tierfsctl
+	$(INTEG_TESTS:%=$(ASAN)/tests/%) $(ASAN)/tierfsctl $(ASAN)/tierfs
 
-asan: $(ASAN)/tierfsctl
+asan: $(ASAN)/tierfsctl $(ASAN)/tierfs
 
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS)

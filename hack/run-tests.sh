@@ -117,6 +117,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
 	if hack/s3-local.sh status >/dev/null 2>&1; then
 		eval "$(hack/s3-local.sh env)"
 		export TIERFS_CTL=$ROOT/$ASAN/tierfsctl
+		export TIERFS_BIN=$ROOT/$ASAN/tierfs
 		run_cmocka test_s3_live-asan "$ASAN/tests/test_s3_live"
 		run_pytest pytest-integration tests/integration
 	fi

@@ -1,0 +1,1587 @@
+/* fs.c: the FUSE edge of tierfs: low-level handlers over meta, data and S3.
+ *
+ * Lookup-count rule (STYLE 10): every entry or create reply adds one
+ * reference with meta_ref(); forget drops nlookup with meta_forget(); the
+ * root is pinned by the meta store. readdirplus refs each entry it adds.
+ *
+ * Dirty life of an inode (step 1, see fs.h):
+ *   CLEAN --write/setattr/xattr/create--> DIRTY (meta flag + dirty set)
+ *   DIRTY --upload_delay passes, or fsync--> SYNCING --ok--> CLEAN
+ *   SYNCING --write meanwhile--> stays DIRTY (change seq / dirty snapshot)
+ *   SYNCING --S3 error--> DIRTY, retried on the next tick
+ */
+#include "fs.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../s3/buf.h"
+
+#define XATTR_LIST_MAX_BYTES 65536
+
+struct dirty {
+	uint64_t ino;
+	uint64_t since_ms; /* monotonic time of the first unsynced change */
+};
+
+struct fs {
+	struct fs_config cfg; /* strings point at the copies below */
+	char *bucket;	      /* owned */
+	char *prefix;	      /* owned */
+	s3_client *s3;	      /* borrowed */
+	struct meta *meta;    /* borrowed */
+	struct data *data;    /* owned; closed by fs_destroy() */
+
+	pthread_mutex_t lock; /* guards the dirty set and stop */
+	pthread_cond_t wake;  /* the flusher's */
+	struct dirty *dirty;  /* protected by lock */
+	size_t ndirty, capdirty;
+	int stop; /* protected by lock */
+	pthread_t flusher;
+
+	pthread_mutex_t sync_lock; /* one upload at a time (step 1) */
+};
+
+struct handle {
+	uint64_t ino;
+	struct data_file *df; /* a data cache reference */
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct timespec now_real(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts;
+}
+
+static void fs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fs_log(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("tierfs: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+void fs_config_init(struct fs_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->prefix = "";
+	cfg->defaults = (struct layout_defaults){0, 0, 0644, 0755};
+	cfg->upload_delay_ms = FS_DEFAULT_UPLOAD_DELAY_MS;
+	cfg->entry_timeout = FS_DEFAULT_TIMEOUT_S;
+	cfg->attr_timeout = FS_DEFAULT_TIMEOUT_S;
+}
+
+/* --- the dirty set ------------------------------------------------------ */
+
+static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
+{
+	if (meta_set_dirty(fs->meta, ino, flags) != 0)
+		return;
+	pthread_mutex_lock(&fs->lock);
+	size_t i;
+	for (i = 0; i < fs->ndirty; i++)
+		if (fs->dirty[i].ino == ino)
+			break;
+	if (i == fs->ndirty) {
+		if (fs->ndirty == fs->capdirty) {
+			size_t cap = fs->capdirty ? fs->capdirty * 2 : 64;
+			struct dirty *d = realloc(fs->dirty, cap * sizeof(*d));
+			if (!d) {
+				/* the meta flag still says dirty: the next
+				 * mount (or fs_flush_all) uploads it */
+				pthread_mutex_unlock(&fs->lock);
+				return;
+			}
+			fs->dirty = d;
+			fs->capdirty = cap;
+		}
+		fs->dirty[fs->ndirty++] = (struct dirty){ino, now_ms()};
+	}
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/* Takes the inodes due at time now (all of them when now is UINT64_MAX)
+ * out of the set into a malloc'ed array. */
+static uint64_t *take_due(struct fs *fs, uint64_t now, size_t *n)
+{
+	uint64_t *out = NULL;
+	*n = 0;
+	pthread_mutex_lock(&fs->lock);
+	if (fs->ndirty)
+		out = malloc(fs->ndirty * sizeof(*out));
+	for (size_t i = 0; out && i < fs->ndirty;) {
+		if (now == UINT64_MAX ||
+		    fs->dirty[i].since_ms + fs->cfg.upload_delay_ms <= now) {
+			out[(*n)++] = fs->dirty[i].ino;
+			fs->dirty[i] = fs->dirty[--fs->ndirty];
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return out;
+}
+
+/* --- keys and headers ---------------------------------------------------- */
+
+/* The object key of path ("" for the root) for an inode of mode. */
+static int key_of_path(struct fs *fs, const char *path, uint32_t mode,
+		       char **key)
+{
+	return layout_key(fs->prefix, path, S_ISDIR(mode), key);
+}
+
+/* path of parent joined with name. */
+static int child_path(struct fs *fs, uint64_t parent, const char *name,
+		      char **out)
+{
+	char *pp;
+	int rc = meta_path(fs->meta, parent, &pp);
+	if (rc)
+		return rc;
+	if (*pp)
+		rc = asprintf(out, "%s/%s", pp, name) < 0 ? -ENOMEM : 0;
+	else
+		rc = (*out = strdup(name)) ? 0 : -ENOMEM;
+	free(pp);
+	return rc;
+}
+
+/* The inode's xattrs, for its headers. */
+static int load_xattrs(struct fs *fs, uint64_t ino, struct layout_xattr **out,
+		       size_t *n)
+{
+	char *list = malloc(XATTR_LIST_MAX_BYTES);
+	struct layout_xattr *x = NULL;
+	size_t count = 0;
+	int rc = 0;
+	*out = NULL;
+	*n = 0;
+	if (!list)
+		return -ENOMEM;
+	ssize_t len = meta_listxattr(fs->meta, ino, list, XATTR_LIST_MAX_BYTES);
+	if (len < 0) {
+		free(list);
+		return (int)len;
+	}
+	for (ssize_t off = 0; off < len; off += (ssize_t)strlen(list + off) + 1)
+		count++;
+	if (count && !(x = calloc(count, sizeof(*x))))
+		rc = -ENOMEM;
+	size_t i = 0;
+	for (ssize_t off = 0; rc == 0 && off < len;
+	     off += (ssize_t)strlen(list + off) + 1, i++) {
+		ssize_t sz = meta_getxattr(fs->meta, ino, list + off, NULL, 0);
+		x[i].name = strdup(list + off);
+		x[i].value = malloc(sz > 0 ? (size_t)sz : 1);
+		if (sz < 0 || !x[i].name || !x[i].value) {
+			rc = sz < 0 ? (int)sz : -ENOMEM;
+			i++;
+			break;
+		}
+		sz = meta_getxattr(fs->meta, ino, list + off, x[i].value,
+				   (size_t)sz);
+		if (sz < 0) {
+			rc = (int)sz;
+			i++;
+			break;
+		}
+		x[i].size = (size_t)sz;
+	}
+	free(list);
+	if (rc) {
+		layout_xattrs_free(x, i);
+		return rc;
+	}
+	*out = x;
+	*n = count;
+	return 0;
+}
+
+/* --- uploading one inode -------------------------------------------------- */
+
+static int upload_file(struct fs *fs, uint64_t ino, const char *key,
+		       const struct meta_attr *a, const struct s3_put_opts *o,
+		       char *etag)
+{
+	struct data_file *df;
+	struct ranges snap = RANGES_INIT;
+	struct s3_error e;
+	int rc = data_get(fs->data, ino, a->size, &df);
+	if (rc)
+		return rc;
+	rc = data_hydrate_all(df);
+	int have_snap = !rc && data_dirty(df, &snap) == 0;
+	if (!have_snap && !rc)
+		rc = -ENOMEM;
+	if (!rc)
+		rc = s3_upload_fd(fs->s3, fs->bucket, key, data_fd(df), 0,
+				  data_size(df), o, etag, &e);
+	if (rc) {
+		fs_log("upload of '%s' failed: %s", key, strerror(-rc));
+		ranges_free(&snap); /* hand back an empty snapshot */
+	}
+	if (have_snap) {
+		int mc = data_mark_clean(df, &snap);
+		if (!rc)
+			rc = mc;
+	}
+	ranges_free(&snap);
+	data_put(df);
+	return rc;
+}
+
+/* Every further name of a hard-linked file is an object too: copies of
+ * the first name's object, made server-side. */
+static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
+{
+	int rc = 0;
+	for (unsigned n = 1; rc == 0; n++) {
+		char *path = NULL, *key = NULL;
+		struct s3_error e;
+		rc = meta_path_nth(fs->meta, ino, n, &path);
+		if (rc == -ENOENT)
+			return 0; /* no more names */
+		if (!rc)
+			rc = layout_key(fs->prefix, path, 0, &key);
+		if (!rc)
+			rc = s3_copy_object(fs->s3, fs->bucket, key0,
+					    fs->bucket, key, S3_METADATA_COPY,
+					    NULL, NULL, &e);
+		free(path);
+		free(key);
+	}
+	return rc;
+}
+
+/* Brings S3 up to date with one inode. */
+static int sync_inode(struct fs *fs, uint64_t ino)
+{
+	struct meta_attr a;
+	struct layout_attrs la;
+	struct layout_headers h;
+	struct layout_xattr *x = NULL;
+	size_t nx = 0;
+	char *path = NULL, *key = NULL, *target = NULL;
+	char etag[S3_ETAG_MAX] = "";
+	uint64_t seq;
+	struct s3_error e;
+
+	pthread_mutex_lock(&fs->sync_lock);
+	int rc = meta_getattr(fs->meta, ino, &a);
+	if (rc || a.nlink == 0 || a.dirty == 0) {
+		rc = rc == -ENOENT ? 0 : rc; /* gone: nothing owed */
+		goto out;
+	}
+	rc = meta_change_seq(fs->meta, ino, &seq);
+	if (!rc)
+		rc = meta_path(fs->meta, ino, &path);
+	if (rc == -ENOENT) { /* no name left */
+		rc = 0;
+		goto out;
+	}
+	if (!rc)
+		rc = key_of_path(fs, path, a.mode, &key);
+	if (!rc)
+		rc = load_xattrs(fs, ino, &x, &nx);
+	if (rc)
+		goto out;
+	la = (struct layout_attrs){a.mode, a.uid, a.gid, a.mtime, a.ctime, 0};
+	rc = layout_headers_build(&la, x, nx, &h);
+	if (rc)
+		goto out;
+	struct s3_put_opts o = {h.content_type, h.meta, h.nmeta};
+	if (S_ISREG(a.mode)) {
+		char old[S3_ETAG_MAX];
+		meta_get_etag(fs->meta, ino, old, sizeof(old));
+		if (!(a.dirty & (META_DIRTY_DATA | META_DIRTY_NAME)) &&
+		    old[0]) {
+			/* attributes only: rewrite the headers in place */
+			rc = s3_copy_object(fs->s3, fs->bucket, key, fs->bucket,
+					    key, S3_METADATA_REPLACE, &o, etag,
+					    &e);
+			if (rc == -ENOENT)
+				rc = upload_file(fs, ino, key, &a, &o, etag);
+		} else {
+			rc = upload_file(fs, ino, key, &a, &o, etag);
+		}
+		if (!rc && a.nlink > 1)
+			rc = copy_to_other_names(fs, ino, key);
+	} else if (S_ISLNK(a.mode)) {
+		rc = meta_readlink(fs->meta, ino, &target);
+		if (!rc)
+			rc = s3_put_buf(fs->s3, fs->bucket, key, target,
+					strlen(target), &o, etag, &e);
+	} else if (ino != META_ROOT_INO || *fs->prefix) {
+		/* directories, and fifos/sockets/devices as empty objects */
+		rc = s3_put_buf(fs->s3, fs->bucket, key, NULL, 0, &o, etag, &e);
+	}
+	layout_headers_free(&h);
+	if (rc) {
+		fs_log("sync of inode %llu ('%s') failed: %s",
+		       (unsigned long long)ino, key, strerror(-rc));
+		goto out;
+	}
+	if (etag[0])
+		meta_set_etag(fs->meta, ino, etag);
+	meta_clear_dirty(fs->meta, ino,
+			 META_DIRTY_DATA | META_DIRTY_ATTR | META_DIRTY_NAME,
+			 seq);
+out:
+	pthread_mutex_unlock(&fs->sync_lock);
+	layout_xattrs_free(x, nx);
+	free(path);
+	free(key);
+	free(target);
+	return rc;
+}
+
+/* Syncs a list of inodes; failures go back into the dirty set. */
+static int sync_list(struct fs *fs, const uint64_t *inos, size_t n)
+{
+	int first = 0;
+	for (size_t i = 0; i < n; i++) {
+		int rc = sync_inode(fs, inos[i]);
+		if (rc) {
+			mark_dirty(fs, inos[i], 0);
+			if (!first)
+				first = rc;
+		}
+	}
+	return first;
+}
+
+int fs_flush_all(struct fs *fs)
+{
+	size_t n;
+	uint64_t *inos = take_due(fs, UINT64_MAX, &n);
+	int rc = sync_list(fs, inos, n);
+	free(inos);
+	if (rc == 0)
+		rc = meta_commit(fs->meta);
+	return rc;
+}
+
+static void *flusher_main(void *arg)
+{
+	struct fs *fs = arg;
+	pthread_mutex_lock(&fs->lock);
+	while (!fs->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += (long)FS_FLUSH_TICK_MS * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&fs->wake, &fs->lock, &ts);
+		if (fs->stop)
+			break;
+		pthread_mutex_unlock(&fs->lock);
+		size_t n;
+		uint64_t *inos = take_due(fs, now_ms(), &n);
+		sync_list(fs, inos, n);
+		free(inos);
+		pthread_mutex_lock(&fs->lock);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
+}
+
+/* --- object fetches for the data cache ------------------------------------ */
+
+static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
+			int fd, off_t fd_off)
+{
+	struct fs *fs = ctx;
+	struct meta_attr a;
+	struct s3_error e;
+	char *path = NULL, *key = NULL, etag[S3_ETAG_MAX];
+	int rc = meta_getattr(fs->meta, ino, &a);
+	if (!rc)
+		rc = meta_path(fs->meta, ino, &path);
+	if (!rc)
+		rc = key_of_path(fs, path, a.mode, &key);
+	free(path);
+	if (rc)
+		return rc;
+	meta_get_etag(fs->meta, ino, etag, sizeof(etag));
+	ssize_t n = s3_get_parallel(fs->s3, fs->bucket, key, off, len, fd,
+				    fd_off, etag[0] ? etag : NULL, &e);
+	if (n == -ERANGE || n == -ENOENT)
+		n = 0; /* past the end, or never uploaded: zeros */
+	else if (n < 0)
+		fs_log("read of '%s' at %llu failed: %s: %s", key,
+		       (unsigned long long)off, e.code, e.message);
+	free(key);
+	return n == -ESTALE ? -EIO : n;
+}
+
+/* --- lifecycle --------------------------------------------------------------
+ */
+
+int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
+	      const struct data_config *data_cfg, struct fs **out)
+{
+	struct fs *fs = calloc(1, sizeof(*fs));
+	int rc = -ENOMEM;
+	if (!fs)
+		return rc;
+	fs->cfg = *cfg;
+	fs->bucket = strdup(cfg->bucket);
+	fs->prefix = strdup(cfg->prefix);
+	if (!fs->bucket || !fs->prefix)
+		goto fail_strings;
+	fs->cfg.bucket = fs->bucket;
+	fs->cfg.prefix = fs->prefix;
+	fs->s3 = s3;
+	fs->meta = meta;
+	struct data_config dc = *data_cfg;
+	dc.fetch = fs_fetch;
+	dc.fetch_ctx = fs;
+	rc = data_open(&dc, &fs->data);
+	if (rc)
+		goto fail_strings;
+	pthread_mutex_init(&fs->lock, NULL);
+	pthread_mutex_init(&fs->sync_lock, NULL);
+	pthread_cond_init(&fs->wake, NULL);
+	rc = -pthread_create(&fs->flusher, NULL, flusher_main, fs);
+	if (rc)
+		goto fail_thread;
+	*out = fs;
+	return 0;
+
+fail_thread:
+	pthread_cond_destroy(&fs->wake);
+	pthread_mutex_destroy(&fs->sync_lock);
+	pthread_mutex_destroy(&fs->lock);
+	data_close(fs->data);
+fail_strings:
+	free(fs->bucket);
+	free(fs->prefix);
+	free(fs);
+	return rc;
+}
+
+int fs_destroy(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->lock);
+	fs->stop = 1;
+	pthread_cond_signal(&fs->wake);
+	pthread_mutex_unlock(&fs->lock);
+	pthread_join(fs->flusher, NULL);
+	int rc = fs_flush_all(fs);
+	data_close(fs->data);
+	pthread_cond_destroy(&fs->wake);
+	pthread_mutex_destroy(&fs->sync_lock);
+	pthread_mutex_destroy(&fs->lock);
+	free(fs->dirty);
+	free(fs->bucket);
+	free(fs->prefix);
+	free(fs);
+	return rc;
+}
+
+/* --- loading a volume -------------------------------------------------------
+ */
+
+/* The directory inode for path, creating implicit directories on the way. */
+static int ensure_dir(struct fs *fs, const char *path, uint64_t *ino)
+{
+	uint64_t cur = META_ROOT_INO;
+	char *copy = strdup(path), *save = NULL;
+	int rc = copy ? 0 : -ENOMEM;
+	for (char *c = copy ? strtok_r(copy, "/", &save) : NULL; c && !rc;
+	     c = strtok_r(NULL, "/", &save)) {
+		struct meta_attr a;
+		rc = meta_lookup(fs->meta, cur, c, &a);
+		if (rc == -ENOENT) {
+			struct timespec t = now_real();
+			struct meta_attr in = {
+				.mode = S_IFDIR |
+					(fs->cfg.defaults.dir_mode & 07777),
+				.uid = fs->cfg.defaults.uid,
+				.gid = fs->cfg.defaults.gid,
+				.atime = t,
+				.mtime = t,
+				.ctime = t};
+			uint64_t seq;
+			rc = meta_create(fs->meta, cur, c, &in, NULL, &a);
+			/* implicit: nothing to upload for it */
+			if (!rc && !meta_change_seq(fs->meta, a.ino, &seq))
+				meta_clear_dirty(fs->meta, a.ino, ~0u, seq);
+		}
+		if (!rc && !S_ISDIR(a.mode))
+			rc = -ENOTDIR;
+		if (!rc)
+			cur = a.ino;
+	}
+	free(copy);
+	if (!rc)
+		*ino = cur;
+	return rc;
+}
+
+/* A directory's times from its marker, put back after its children
+ * (whose creation bumps them) have been loaded. */
+struct dir_times {
+	uint64_t ino;
+	struct timespec mtime, ctime;
+};
+
+struct load {
+	struct fs *fs;
+	struct dir_times *dirs;
+	size_t ndirs, cap;
+};
+
+static void remember_dir(struct load *l, uint64_t ino,
+			 const struct meta_attr *in)
+{
+	if (l->ndirs == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct dir_times *v = realloc(l->dirs, cap * sizeof(*v));
+		if (!v)
+			return; /* the directory keeps its load time */
+		l->dirs = v;
+		l->cap = cap;
+	}
+	l->dirs[l->ndirs++] = (struct dir_times){ino, in->mtime, in->ctime};
+}
+
+/* Sets attributes that meta_create() does not take (size) or that later
+ * changes bumped (times), then marks the inode clean: S3 has it. */
+static int settle(struct fs *fs, uint64_t ino, unsigned mask,
+		  const struct meta_attr *in)
+{
+	struct meta_attr out;
+	uint64_t seq;
+	int rc = mask ? meta_setattr(fs->meta, ino, mask, in, &out) : 0;
+	if (!rc)
+		rc = meta_change_seq(fs->meta, ino, &seq);
+	if (!rc)
+		rc = meta_clear_dirty(fs->meta, ino, ~0u, seq);
+	return rc;
+}
+
+static int load_object(struct load *l, const struct s3_list_entry *le)
+{
+	struct fs *fs = l->fs;
+	char *path = NULL;
+	int is_dir;
+	int rc = layout_path_of_key(fs->prefix, le->key, &path, &is_dir);
+	if (rc == -ENOENT || rc == -EINVAL) {
+		if (rc == -EINVAL)
+			fs_log("key '%s' names no path; not shown", le->key);
+		return 0;
+	}
+	if (rc)
+		return rc;
+	struct s3_object_info info;
+	struct s3_error e;
+	rc = s3_head_object(fs->s3, fs->bucket, le->key, &info, &e);
+	if (rc == -ENOENT) { /* deleted since the listing */
+		free(path);
+		return 0;
+	}
+	if (rc) {
+		free(path);
+		return rc;
+	}
+	struct layout_attrs la;
+	layout_attrs_from_info(&info, is_dir, &fs->cfg.defaults, &la);
+	char *slash = strrchr(path, '/');
+	const char *name = slash ? slash + 1 : path;
+	uint64_t parent = META_ROOT_INO;
+	if (slash) {
+		*slash = '\0';
+		rc = ensure_dir(fs, path, &parent);
+	}
+	struct meta_attr a, in = {.mode = la.mode,
+				  .uid = la.uid,
+				  .gid = la.gid,
+				  .size = is_dir ? 0 : le->size,
+				  .atime = la.mtime,
+				  .mtime = la.mtime,
+				  .ctime = la.ctime};
+	char *target = NULL;
+	if (!rc && S_ISLNK(la.mode)) {
+		target = calloc(1, le->size + 1);
+		ssize_t n = target ? s3_get_buf(fs->s3, fs->bucket, le->key, 0,
+						S3_TO_END, target, le->size,
+						NULL, NULL, &e)
+				   : -ENOMEM;
+		rc = n < 0 ? (int)n : 0;
+		in.size = n > 0 ? (uint64_t)n : 0;
+	}
+	if (!rc) {
+		rc = meta_lookup(fs->meta, parent, name, &a);
+		if (rc == 0 && S_ISDIR(a.mode) && S_ISDIR(in.mode)) {
+			/* a marker after its implicit directory: take its
+			 * attributes */
+			rc = meta_setattr(
+				fs->meta, a.ino,
+				META_SET_MODE | META_SET_UID | META_SET_GID |
+					META_SET_MTIME | META_SET_CTIME,
+				&in, &a);
+		} else if (rc == -ENOENT) {
+			rc = meta_create(fs->meta, parent, name, &in, target,
+					 &a);
+		}
+	}
+	if (!rc && S_ISDIR(in.mode))
+		remember_dir(l, a.ino, &in);
+	if (!rc) {
+		/* a file's contents are already in S3 */
+		if (S_ISREG(in.mode))
+			meta_set_etag(fs->meta, a.ino, le->etag);
+		rc = settle(fs, a.ino,
+			    S_ISREG(in.mode) ? META_SET_SIZE | META_SET_MTIME |
+						       META_SET_CTIME
+					     : 0,
+			    &in);
+	}
+	if (rc)
+		fs_log("loading '%s': %s", le->key, strerror(-rc));
+	s3_object_info_free(&info);
+	free(target);
+	free(path);
+	return 0; /* one bad object does not stop the mount */
+}
+
+static int load_page(void *ctx, const struct s3_list_page *p)
+{
+	struct load *l = ctx;
+	for (size_t i = 0; i < p->nentries; i++) {
+		int rc = load_object(l, &p->entries[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int fs_load_tree(struct fs *fs)
+{
+	struct s3_error e;
+	char *prefix = NULL;
+	if (*fs->prefix && asprintf(&prefix, "%s/", fs->prefix) < 0)
+		return -ENOMEM;
+	struct load l = {fs, NULL, 0, 0};
+	int rc = s3_list_all(fs->s3, fs->bucket, prefix ? prefix : "", NULL,
+			     load_page, &l, &e);
+	if (rc)
+		fs_log("listing s3://%s/%s failed: %s: %s", fs->bucket,
+		       prefix ? prefix : "", e.code, e.message);
+	/* children bumped their directories' times: put the markers' back */
+	for (size_t i = 0; !rc && i < l.ndirs; i++) {
+		struct meta_attr in = {.mtime = l.dirs[i].mtime,
+				       .ctime = l.dirs[i].ctime};
+		rc = settle(fs, l.dirs[i].ino, META_SET_MTIME | META_SET_CTIME,
+			    &in);
+	}
+	free(l.dirs);
+	free(prefix);
+	if (!rc)
+		rc = meta_commit(fs->meta);
+	return rc;
+}
+
+/* --- replies ----------------------------------------------------------------
+ */
+
+static struct fs *FS(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void to_stat(const struct meta_attr *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->ino;
+	st->st_mode = a->mode;
+	st->st_nlink = a->nlink;
+	st->st_uid = a->uid;
+	st->st_gid = a->gid;
+	st->st_size = (off_t)a->size;
+	st->st_rdev = a->rdev;
+	st->st_blksize = 4096;
+	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+	st->st_atim = a->atime;
+	st->st_mtim = a->mtime;
+	st->st_ctim = a->ctime;
+}
+
+static void fill_entry(struct fs *fs, const struct meta_attr *a,
+		       struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = a->ino;
+	e->generation = a->generation;
+	e->attr_timeout = fs->cfg.attr_timeout;
+	e->entry_timeout = fs->cfg.entry_timeout;
+	to_stat(a, &e->attr);
+}
+
+static void forget_one(struct fs *fs, uint64_t ino, uint64_t n)
+{
+	if (meta_forget(fs->meta, ino, n) == 1)
+		data_remove(fs->data, ino);
+}
+
+/* Replies with an entry whose lookup reference is already taken (by
+ * meta_lookup_ref() or take_ref()). */
+static void reply_entry_ref(fuse_req_t req, const struct meta_attr *a)
+{
+	struct fs *fs = FS(req);
+	struct fuse_entry_param e;
+	fill_entry(fs, a, &e);
+	if (fuse_reply_entry(req, &e) != 0)
+		forget_one(fs, a->ino, 1); /* the kernel never saw it */
+}
+
+/* Replies with a new entry and takes its lookup reference. The kernel
+ * holds the parent's lock, so the name cannot vanish in between. */
+static void reply_entry(fuse_req_t req, const struct meta_attr *a)
+{
+	meta_ref(FS(req)->meta, a->ino, 1);
+	reply_entry_ref(req, a);
+}
+
+static int check_name(const char *name)
+{
+	return strlen(name) > META_NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+/* ENOSPC when growing usage by grow bytes would pass the capacity. */
+static int check_space(struct fs *fs, uint64_t grow)
+{
+	uint64_t bytes, inodes;
+	if (!fs->cfg.capacity || grow == 0)
+		return 0;
+	meta_usage(fs->meta, &bytes, &inodes);
+	return bytes + grow > fs->cfg.capacity ? -ENOSPC : 0;
+}
+
+/* --- handlers
+ * ----------------------------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	if (conn->capable & FUSE_CAP_WRITEBACK_CACHE)
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
+	conn->max_write = FS_MAX_WRITE;
+	conn->max_readahead = FS_MAX_WRITE;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = FS(req);
+	struct meta_attr a;
+	int rc = check_name(name);
+	if (!rc)
+		rc = meta_lookup_ref(fs->meta, parent, name, &a);
+	if (rc == -ENOENT) {
+		/* negative entry: cached like a positive one (RWO) */
+		struct fuse_entry_param e = {
+			.ino = 0, .entry_timeout = fs->cfg.entry_timeout};
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		reply_entry_ref(req, &a);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(FS(req), ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		forget_one(FS(req), forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct meta_attr a;
+	struct stat st;
+	(void)fi;
+	int rc = meta_getattr(fs->meta, ino, &a);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	to_stat(&a, &st);
+	fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+}
+
+static int truncate_data(struct fs *fs, uint64_t ino, uint64_t old,
+			 uint64_t size)
+{
+	struct data_file *df;
+	int rc = check_space(fs, size > old ? size - old : 0);
+	if (!rc)
+		rc = data_get(fs->data, ino, old, &df);
+	if (rc)
+		return rc;
+	rc = data_truncate(df, size);
+	data_put(df);
+	return rc;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct meta_attr cur, in, out;
+	struct stat st;
+	unsigned mask = 0;
+	struct timespec now = now_real();
+	(void)fi;
+	int rc = meta_getattr(fs->meta, ino, &cur);
+	if (rc)
+		goto fail;
+	memset(&in, 0, sizeof(in));
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		mask |= META_SET_MODE;
+		in.mode = (cur.mode & S_IFMT) | (attr->st_mode & 07777);
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		mask |= META_SET_UID;
+		in.uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		mask |= META_SET_GID;
+		in.gid = attr->st_gid;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (!S_ISREG(cur.mode)) {
+			rc = S_ISDIR(cur.mode) ? -EISDIR : -EINVAL;
+			goto fail;
+		}
+		rc = truncate_data(fs, ino, cur.size, (uint64_t)attr->st_size);
+		if (rc)
+			goto fail;
+		mask |= META_SET_SIZE | META_SET_MTIME;
+		in.size = (uint64_t)attr->st_size;
+		in.mtime = now;
+	}
+	if (to_set & FUSE_SET_ATTR_ATIME) {
+		mask |= META_SET_ATIME;
+		in.atime = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? now
+							      : attr->st_atim;
+	}
+	if (to_set & FUSE_SET_ATTR_MTIME) {
+		mask |= META_SET_MTIME;
+		in.mtime = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? now
+							      : attr->st_mtim;
+	}
+	if (to_set & FUSE_SET_ATTR_CTIME) {
+		mask |= META_SET_CTIME;
+		in.ctime = attr->st_ctim;
+	}
+	rc = meta_setattr(fs->meta, ino, mask, &in, &out);
+	if (rc)
+		goto fail;
+	mark_dirty(fs, ino,
+		   (mask & META_SET_SIZE) ? META_DIRTY_DATA : META_DIRTY_ATTR);
+	to_stat(&out, &st);
+	fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
+	return;
+fail:
+	fuse_reply_err(req, -rc);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char *target;
+	int rc = meta_readlink(FS(req)->meta, ino, &target);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fuse_reply_readlink(req, target);
+	free(target);
+}
+
+/* Creates a name of the given mode for the caller; out gets its attrs. */
+static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev, const char *target,
+		     struct meta_attr *out)
+{
+	struct fs *fs = FS(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct timespec now = now_real();
+	int rc = check_name(name);
+	if (rc)
+		return rc;
+	if (fs->cfg.read_only)
+		return -EROFS;
+	struct meta_attr in = {.mode = mode,
+			       .uid = ctx->uid,
+			       .gid = ctx->gid,
+			       .rdev = (uint32_t)rdev,
+			       .atime = now,
+			       .mtime = now,
+			       .ctime = now};
+	if (target)
+		in.size = strlen(target);
+	rc = meta_create(fs->meta, parent, name, &in, target, out);
+	if (rc == 0) {
+		mark_dirty(fs, out->ino, META_DIRTY_NAME);
+		mark_dirty(fs, parent, META_DIRTY_ATTR); /* its mtime */
+	}
+	return rc;
+}
+
+static void reply_new_node(fuse_req_t req, int rc, const struct meta_attr *a)
+{
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		reply_entry(req, a);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
+{
+	struct meta_attr a;
+	int rc = make_node(req, parent, name, mode, rdev, NULL, &a);
+	reply_new_node(req, rc, &a);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
+{
+	struct meta_attr a;
+	int rc = make_node(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL,
+			   &a);
+	reply_new_node(req, rc, &a);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
+{
+	struct meta_attr a;
+	int rc = make_node(req, parent, name, S_IFLNK | 0777, 0, link, &a);
+	reply_new_node(req, rc, &a);
+}
+
+/* Deletes key from S3 (a name that no longer exists). */
+static int delete_key(struct fs *fs, const char *path, int is_dir)
+{
+	char *key;
+	struct s3_error e;
+	int rc = layout_key(fs->prefix, path, is_dir, &key);
+	if (rc)
+		return rc;
+	rc = s3_delete_object(fs->s3, fs->bucket, key, &e);
+	if (rc)
+		fs_log("delete of '%s' failed: %s: %s", key, e.code, e.message);
+	free(key);
+	return rc;
+}
+
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
+			int want_dir)
+{
+	struct fs *fs = FS(req);
+	char *path = NULL;
+	uint64_t ino;
+	int rc = fs->cfg.read_only ? -EROFS : check_name(name);
+	if (!rc)
+		rc = child_path(fs, parent, name, &path);
+	if (!rc)
+		rc = meta_unlink(fs->meta, parent, name, want_dir, &ino);
+	if (!rc) {
+		mark_dirty(fs, parent, META_DIRTY_ATTR);
+		/* the name is gone here; S3 follows now (step 1) */
+		rc = delete_key(fs, path, want_dir);
+		if (!rc)
+			rc = meta_commit(fs->meta);
+	}
+	free(path);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, 0);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, 1);
+}
+
+struct move {
+	struct fs *fs;
+	size_t old_len; /* of the old key prefix */
+	const char *new_prefix;
+	char **done; /* old keys copied, to delete afterwards */
+	size_t ndone, cap;
+	int rc;
+};
+
+static int copy_page(void *ctx, const struct s3_list_page *p)
+{
+	struct move *m = ctx;
+	for (size_t i = 0; i < p->nentries && !m->rc; i++) {
+		const char *old = p->entries[i].key;
+		char *neu = NULL;
+		struct s3_error e;
+		if (asprintf(&neu, "%s%s", m->new_prefix, old + m->old_len) < 0)
+			return -ENOMEM;
+		m->rc = s3_copy_object(m->fs->s3, m->fs->bucket, old,
+				       m->fs->bucket, neu, S3_METADATA_COPY,
+				       NULL, NULL, &e);
+		free(neu);
+		if (m->rc)
+			break;
+		if (m->ndone == m->cap) {
+			m->cap = m->cap ? m->cap * 2 : 64;
+			char **d = realloc(m->done, m->cap * sizeof(*d));
+			if (!d)
+				return -ENOMEM;
+			m->done = d;
+		}
+		if (!(m->done[m->ndone] = strdup(old)))
+			return -ENOMEM;
+		m->ndone++;
+	}
+	return m->rc;
+}
+
+/* Copies every object under the old path's key(s) to the new path. The
+ * caller deletes m->done afterwards. */
+static int copy_tree(struct fs *fs, const char *old_path, const char *new_path,
+		     struct move *m)
+{
+	char *old_key = NULL, *new_key = NULL;
+	struct s3_error e;
+	int rc = layout_key(fs->prefix, old_path, 1, &old_key);
+	if (!rc)
+		rc = layout_key(fs->prefix, new_path, 1, &new_key);
+	if (!rc) {
+		m->fs = fs;
+		m->old_len = strlen(old_key);
+		m->new_prefix = new_key;
+		rc = s3_list_all(fs->s3, fs->bucket, old_key, NULL, copy_page,
+				 m, &e);
+		if (!rc)
+			rc = m->rc;
+	}
+	free(old_key);
+	free(new_key);
+	return rc;
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct fs *fs = FS(req);
+	struct meta_attr a;
+	char *old_path = NULL, *new_path = NULL, *old_key = NULL,
+	     *new_key = NULL;
+	struct move m = {0};
+	struct s3_error e;
+	int rc = fs->cfg.read_only ? -EROFS : 0;
+	if (!rc && (check_name(name) || check_name(newname)))
+		rc = -ENAMETOOLONG;
+	if (!rc && (flags & RENAME_EXCHANGE))
+		rc = -EINVAL; /* not yet: see the note on issue 3 */
+	if (!rc)
+		rc = meta_lookup(fs->meta, parent, name, &a);
+	if (!rc)
+		rc = child_path(fs, parent, name, &old_path);
+	if (!rc)
+		rc = child_path(fs, newparent, newname, &new_path);
+	/* S3 first, additive only: copies of what is already there */
+	if (!rc && S_ISDIR(a.mode)) {
+		rc = copy_tree(fs, old_path, new_path, &m);
+	} else if (!rc) {
+		char etag[S3_ETAG_MAX];
+		meta_get_etag(fs->meta, a.ino, etag, sizeof(etag));
+		rc = layout_key(fs->prefix, old_path, 0, &old_key);
+		if (!rc)
+			rc = layout_key(fs->prefix, new_path, 0, &new_key);
+		if (!rc && etag[0]) {
+			rc = s3_copy_object(fs->s3, fs->bucket, old_key,
+					    fs->bucket, new_key,
+					    S3_METADATA_COPY, NULL, NULL, &e);
+			if (rc == -ENOENT) /* never uploaded */
+				rc = 0;
+		}
+	}
+	uint64_t replaced = 0;
+	if (!rc)
+		rc = meta_rename(fs->meta, parent, name, newparent, newname,
+				 flags, &replaced);
+	if (!rc) {
+		mark_dirty(fs, parent, META_DIRTY_ATTR);
+		if (newparent != parent)
+			mark_dirty(fs, newparent, META_DIRTY_ATTR);
+		/* then the old names go */
+		if (old_key)
+			s3_delete_object(fs->s3, fs->bucket, old_key, NULL);
+		if (m.ndone)
+			s3_delete_objects(fs->s3, fs->bucket,
+					  (const char *const *)m.done, m.ndone,
+					  NULL);
+		if (S_ISREG(a.mode))
+			mark_dirty(fs, a.ino, META_DIRTY_NAME);
+		rc = meta_commit(fs->meta);
+	}
+	for (size_t i = 0; i < m.ndone; i++)
+		free(m.done[i]);
+	free(m.done);
+	free(old_path);
+	free(new_path);
+	free(old_key);
+	free(new_key);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
+{
+	struct fs *fs = FS(req);
+	struct meta_attr a;
+	int rc = fs->cfg.read_only ? -EROFS : check_name(newname);
+	if (!rc)
+		rc = meta_link(fs->meta, ino, newparent, newname, &a);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	mark_dirty(fs, ino, META_DIRTY_NAME);
+	mark_dirty(fs, newparent, META_DIRTY_ATTR);
+	reply_entry(req, &a);
+}
+
+static int open_handle(struct fs *fs, uint64_t ino, struct fuse_file_info *fi)
+{
+	struct meta_attr a;
+	struct handle *h = calloc(1, sizeof(*h));
+	int rc = h ? meta_getattr(fs->meta, ino, &a) : -ENOMEM;
+	if (!rc)
+		rc = data_get(fs->data, ino, a.size, &h->df);
+	if (rc) {
+		free(h);
+		return rc;
+	}
+	h->ino = ino;
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = 1; /* one writer: the page cache stays valid */
+	return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	if (fs->cfg.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	int rc = open_handle(fs, ino, fi);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct meta_attr a;
+	struct fuse_entry_param e;
+	int rc = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL,
+			   &a);
+	if (!rc) {
+		mark_dirty(fs, a.ino, META_DIRTY_DATA);
+		rc = open_handle(fs, a.ino, fi);
+	}
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fill_entry(fs, &a, &e);
+	meta_ref(fs->meta, a.ino, 1);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+		data_put(h->df);
+		free(h);
+		forget_one(fs, a.ino, 1);
+	}
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	char *buf = malloc(size ? size : 1);
+	(void)ino;
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ssize_t n = data_read(h->df, buf, size, (uint64_t)off);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		     size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	uint64_t old = data_size(h->df);
+	uint64_t end = (uint64_t)off + size;
+	int rc = check_space(fs, end > old ? end - old : 0);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	ssize_t n = data_write(h->df, buf, size, (uint64_t)off);
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	struct meta_attr in = {.size = data_size(h->df), .mtime = now_real()};
+	struct meta_attr out;
+	meta_setattr(fs->meta, ino,
+		     (in.size != old ? META_SET_SIZE : 0) | META_SET_MTIME, &in,
+		     &out);
+	mark_dirty(fs, ino, META_DIRTY_DATA);
+	fuse_reply_write(req, (size_t)n);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, 0); /* uploads happen after upload_delay */
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	(void)ino;
+	data_put(h->df);
+	free(h);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		     struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct handle *h = fi ? (struct handle *)(uintptr_t)fi->fh : NULL;
+	(void)datasync;
+	int rc;
+	if (fs->cfg.durability_local && h) {
+		/* durable on the cache disk; the flusher uploads later */
+		rc = data_sync(h->df);
+		if (!rc)
+			rc = meta_commit(fs->meta);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	/* durable in S3 when fsync returns (--durability s3) */
+	rc = sync_inode(fs, ino);
+	if (!rc)
+		rc = meta_commit(fs->meta);
+	if (rc)
+		mark_dirty(fs, ino, 0);
+	fuse_reply_err(req, -rc);
+}
+
+struct dir_fill {
+	fuse_req_t req;
+	struct fs *fs;
+	char *buf;
+	size_t size, used;
+	int plus;
+	/* readdirplus: the inodes added, referenced once meta_readdir() is
+	 * done (its callback runs under the store's lock) */
+	uint64_t *inos;
+	size_t ninos, capinos;
+};
+
+static int fill_one(void *ctx, const char *name, const struct meta_attr *a,
+		    uint64_t next_off)
+{
+	struct dir_fill *d = ctx;
+	size_t n;
+	/* our offsets: 1 after ".", 2 after "..", cookie + 2 after others */
+	if (d->plus) {
+		struct fuse_entry_param e;
+		fill_entry(d->fs, a, &e);
+		if (d->ninos == d->capinos) {
+			size_t cap = d->capinos ? d->capinos * 2 : 64;
+			uint64_t *v = realloc(d->inos, cap * sizeof(*v));
+			if (!v)
+				return 1; /* send what fits so far */
+			d->inos = v;
+			d->capinos = cap;
+		}
+		n = fuse_add_direntry_plus(d->req, d->buf + d->used,
+					   d->size - d->used, name, &e,
+					   (off_t)(next_off + 2));
+		if (n <= d->size - d->used)
+			d->inos[d->ninos++] = a->ino;
+	} else {
+		struct stat st = {.st_ino = a->ino, .st_mode = a->mode};
+		n = fuse_add_direntry(d->req, d->buf + d->used,
+				      d->size - d->used, name, &st,
+				      (off_t)(next_off + 2));
+	}
+	if (n > d->size - d->used)
+		return 1; /* full: the kernel asks again from here */
+	d->used += n;
+	return 0;
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       int plus)
+{
+	struct fs *fs = FS(req);
+	struct meta_attr self;
+	struct dir_fill d = {
+		req, fs, malloc(size ? size : 1), size, 0, plus, NULL, 0, 0};
+	int rc = d.buf ? meta_getattr(fs->meta, ino, &self) : -ENOMEM;
+	if (!rc && !S_ISDIR(self.mode))
+		rc = -ENOTDIR;
+	for (int dot = (int)off; !rc && dot < 2; dot++) {
+		struct stat st = {.st_ino = ino, .st_mode = S_IFDIR};
+		const char *nm = dot ? ".." : ".";
+		size_t n;
+		if (plus) {
+			struct fuse_entry_param e = {0};
+			e.attr = st;
+			n = fuse_add_direntry_plus(req, d.buf + d.used,
+						   size - d.used, nm, &e,
+						   dot + 1);
+		} else {
+			n = fuse_add_direntry(req, d.buf + d.used,
+					      size - d.used, nm, &st, dot + 1);
+		}
+		if (n > size - d.used)
+			break;
+		d.used += n;
+	}
+	if (!rc)
+		rc = meta_readdir(fs->meta, ino,
+				  off > 2 ? (uint64_t)off - 2 : 0, fill_one,
+				  &d);
+	for (size_t i = 0; rc >= 0 && i < d.ninos; i++)
+		meta_ref(fs->meta, d.inos[i], 1);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+	} else if (fuse_reply_buf(req, d.buf, d.used) != 0) {
+		for (size_t i = 0; i < d.ninos; i++)
+			forget_one(fs, d.inos[i], 1);
+	}
+	free(d.inos);
+	free(d.buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, 0);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	do_readdir(req, ino, size, off, 1);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	/* namespace changes: every dirty inode goes to S3 now */
+	fuse_reply_err(req, -fs_flush_all(FS(req)));
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = FS(req);
+	struct statvfs sv;
+	uint64_t bytes, inodes;
+	const uint64_t bsize = 4096;
+	(void)ino;
+	meta_usage(fs->meta, &bytes, &inodes);
+	uint64_t cap = fs->cfg.capacity ? fs->cfg.capacity : (1ull << 50);
+	uint64_t used = (bytes + bsize - 1) / bsize;
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = bsize;
+	sv.f_frsize = bsize;
+	sv.f_blocks = cap / bsize;
+	sv.f_bfree = sv.f_blocks > used ? sv.f_blocks - used : 0;
+	sv.f_bavail = sv.f_bfree;
+	sv.f_files = inodes + (1u << 30);
+	sv.f_ffree = 1u << 30;
+	sv.f_favail = sv.f_ffree;
+	sv.f_namemax = META_NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	struct fs *fs = FS(req);
+	int rc = fs->cfg.read_only ? -EROFS
+				   : meta_setxattr(fs->meta, ino, name, value,
+						   size, flags);
+	if (!rc)
+		mark_dirty(fs, ino, META_DIRTY_ATTR);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	char *buf = size ? malloc(size) : NULL;
+	ssize_t n = size && !buf ? -ENOMEM
+				 : meta_getxattr(FS(req)->meta, ino, name, buf,
+						 size);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char *buf = size ? malloc(size) : NULL;
+	ssize_t n = size && !buf
+			    ? -ENOMEM
+			    : meta_listxattr(FS(req)->meta, ino, buf, size);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct fs *fs = FS(req);
+	int rc = fs->cfg.read_only ? -EROFS
+				   : meta_removexattr(fs->meta, ino, name);
+	if (!rc)
+		mark_dirty(fs, ino, META_DIRTY_ATTR);
+	fuse_reply_err(req, -rc);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
+			 off_t length, struct fuse_file_info *fi)
+{
+	struct fs *fs = FS(req);
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	uint64_t end = (uint64_t)offset + (uint64_t)length;
+	uint64_t old = data_size(h->df);
+	int rc = mode ? -EOPNOTSUPP : 0;
+	if (!rc && end > old) {
+		rc = check_space(fs, end - old);
+		if (!rc)
+			rc = data_truncate(h->df, end);
+		if (!rc) {
+			struct meta_attr in = {.size = end,
+					       .mtime = now_real()},
+					 out;
+			rc = meta_setattr(fs->meta, ino,
+					  META_SET_SIZE | META_SET_MTIME, &in,
+					  &out);
+		}
+		if (!rc)
+			mark_dirty(fs, ino, META_DIRTY_DATA);
+	}
+	fuse_reply_err(req, -rc);
+}
+
+const struct fuse_lowlevel_ops fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.create = op_create,
+	.fallocate = op_fallocate,
+};

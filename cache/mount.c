@@ -1,0 +1,561 @@
+/* mount.c: `tierfs mount`, the FUSE daemon's command line and start-up.
+ *
+ * Start-up order matters: every argument is validated and the bucket is
+ * checked before anything is created; then the process forks (unless -f)
+ * before any thread exists, and the child opens the cache dir, loads the
+ * tree, mounts, and only then tells the parent, which exits 0. Any failure
+ * on the way is reported by the parent with a non-zero exit, and nothing
+ * stays mounted. SIGTERM, SIGINT and umount end the session; everything
+ * dirty is then uploaded before the process exits.
+ * Credentials come from the environment or a 0600 file, never from argv.
+ */
+#define FUSE_USE_VERSION 35
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse3/fuse_lowlevel.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../s3/s3.h"
+#include "data.h"
+#include "fs.h"
+#include "meta.h"
+
+#define DEFAULT_CACHE_SIZE (20ull << 30)
+
+struct mount_opts {
+	char *bucket; /* owned */
+	char *prefix; /* owned */
+	const char *mountpoint;
+	const char *cache_dir;
+	const char *creds_file;
+	uint64_t cache_size;
+	struct s3_config s3;
+	struct fs_config fs;
+	int foreground;
+	int verbose;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tierfs mount s3://BUCKET[/PREFIX] MOUNTPOINT --cache-dir DIR\n"
+		"           [--endpoint URL] [--region R] [--credentials-file F]\n"
+		"           [--cache-size 20G] [--capacity 10G]\n"
+		"           [--uid N] [--gid N] [--file-mode 0644] [--dir-mode 0755]\n"
+		"           [--durability s3|local] [--upload-delay 2s] [--read-only]\n"
+		"           [-f] [--log-level debug|info|warn|error]\n"
+		"Credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and\n"
+		"AWS_SESSION_TOKEN), or --credentials-file with mode 0600.\n");
+}
+
+static int bad(const char *arg, const char *value, const char *why)
+{
+	fprintf(stderr, "tierfs: %s '%s': %s\n", arg, value, why);
+	return -EINVAL;
+}
+
+static int parse_size(const char *arg, const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	unsigned shift = 0;
+	if (errno || end == s || *s == '-')
+		return bad(arg, s, "expected a size such as 10G or 512M");
+	switch (*end) {
+	case '\0':
+		break;
+	case 'K':
+	case 'k':
+		shift = 10;
+		break;
+	case 'M':
+	case 'm':
+		shift = 20;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		break;
+	case 'T':
+	case 't':
+		shift = 40;
+		break;
+	default:
+		return bad(arg, s, "expected a size such as 10G or 512M");
+	}
+	if (*end && end[1] && strcmp(end + 1, "i") && strcmp(end + 1, "iB") &&
+	    strcmp(end + 1, "B"))
+		return bad(arg, s, "expected a size such as 10G or 512M");
+	if (shift && v > (UINT64_MAX >> shift))
+		return bad(arg, s, "too large");
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_id(const char *arg, const char *s, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v > 0x7fffffff)
+		return bad(arg, s, "expected a number 0..2147483647");
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_mode(const char *arg, const char *s, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 8);
+	if (errno || end == s || *end || *s == '-' || v > 07777)
+		return bad(arg, s, "expected an octal mode such as 0644");
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* "2s", "500ms", "1m", "3" (seconds) */
+static int parse_delay(const char *arg, const char *s, unsigned *ms)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	unsigned long mul;
+	if (errno || end == s || *s == '-')
+		return bad(arg, s, "expected a duration such as 2s or 500ms");
+	if (!strcmp(end, "ms"))
+		mul = 1;
+	else if (!strcmp(end, "s") || !*end)
+		mul = 1000;
+	else if (!strcmp(end, "m"))
+		mul = 60000;
+	else
+		return bad(arg, s, "expected a duration such as 2s or 500ms");
+	if (v > 3600000 / mul)
+		return bad(arg, s, "at most one hour");
+	*ms = (unsigned)(v * mul);
+	return 0;
+}
+
+/* "s3://bucket[/prefix]" with the prefix's trailing '/' removed. */
+static int parse_url(const char *url, struct mount_opts *o)
+{
+	if (strncmp(url, "s3://", 5) != 0)
+		return bad("volume", url, "expected s3://BUCKET[/PREFIX]");
+	const char *b = url + 5;
+	size_t bl = strcspn(b, "/");
+	if (bl < 3 || bl > 63 ||
+	    strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789.-") < bl)
+		return bad("volume", url,
+			   "bucket names are 3..63 lower-case letters, digits, "
+			   "'.' and '-'");
+	const char *p = b[bl] ? b + bl + 1 : "";
+	size_t pl = strlen(p);
+	while (pl && p[pl - 1] == '/')
+		pl--;
+	o->bucket = strndup(b, bl);
+	o->prefix = strndup(p, pl);
+	if (!o->bucket || !o->prefix)
+		return -ENOMEM;
+	/* the prefix's components must be usable names, like a path's */
+	char *key;
+	if (*o->prefix && layout_key("", o->prefix, 0, &key) != 0)
+		return bad("volume", url,
+			   "the prefix must not hold empty, '.' or '..' "
+			   "components");
+	if (*o->prefix)
+		free(key);
+	return 0;
+}
+
+enum {
+	OPT_CACHE_DIR = 256,
+	OPT_ENDPOINT,
+	OPT_REGION,
+	OPT_CREDS,
+	OPT_CACHE_SIZE,
+	OPT_CAPACITY,
+	OPT_UID,
+	OPT_GID,
+	OPT_FILE_MODE,
+	OPT_DIR_MODE,
+	OPT_DURABILITY,
+	OPT_UPLOAD_DELAY,
+	OPT_READ_ONLY,
+	OPT_LOG_LEVEL,
+};
+
+static const struct option long_opts[] = {
+	{"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
+	{"endpoint", required_argument, NULL, OPT_ENDPOINT},
+	{"region", required_argument, NULL, OPT_REGION},
+	{"credentials-file", required_argument, NULL, OPT_CREDS},
+	{"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
+	{"capacity", required_argument, NULL, OPT_CAPACITY},
+	{"uid", required_argument, NULL, OPT_UID},
+	{"gid", required_argument, NULL, OPT_GID},
+	{"file-mode", required_argument, NULL, OPT_FILE_MODE},
+	{"dir-mode", required_argument, NULL, OPT_DIR_MODE},
+	{"durability", required_argument, NULL, OPT_DURABILITY},
+	{"upload-delay", required_argument, NULL, OPT_UPLOAD_DELAY},
+	{"read-only", no_argument, NULL, OPT_READ_ONLY},
+	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+	{"foreground", no_argument, NULL, 'f'},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+static int parse_args(int argc, char **argv, struct mount_opts *o)
+{
+	int c, rc = 0;
+	while (rc == 0 &&
+	       (c = getopt_long(argc, argv, "fh", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_CACHE_DIR:
+			o->cache_dir = optarg;
+			break;
+		case OPT_ENDPOINT:
+			o->s3.endpoint = optarg;
+			break;
+		case OPT_REGION:
+			o->s3.region = optarg;
+			break;
+		case OPT_CREDS:
+			o->creds_file = optarg;
+			break;
+		case OPT_CACHE_SIZE:
+			rc = parse_size("--cache-size", optarg, &o->cache_size);
+			break;
+		case OPT_CAPACITY:
+			rc = parse_size("--capacity", optarg, &o->fs.capacity);
+			break;
+		case OPT_UID:
+			rc = parse_id("--uid", optarg, &o->fs.defaults.uid);
+			break;
+		case OPT_GID:
+			rc = parse_id("--gid", optarg, &o->fs.defaults.gid);
+			break;
+		case OPT_FILE_MODE:
+			rc = parse_mode("--file-mode", optarg,
+					&o->fs.defaults.file_mode);
+			break;
+		case OPT_DIR_MODE:
+			rc = parse_mode("--dir-mode", optarg,
+					&o->fs.defaults.dir_mode);
+			break;
+		case OPT_DURABILITY:
+			if (!strcmp(optarg, "s3"))
+				o->fs.durability_local = 0;
+			else if (!strcmp(optarg, "local"))
+				o->fs.durability_local = 1;
+			else
+				rc = bad("--durability", optarg,
+					 "expected s3 or local");
+			break;
+		case OPT_UPLOAD_DELAY:
+			rc = parse_delay("--upload-delay", optarg,
+					 &o->fs.upload_delay_ms);
+			break;
+		case OPT_READ_ONLY:
+			o->fs.read_only = 1;
+			break;
+		case OPT_LOG_LEVEL:
+			if (!strcmp(optarg, "debug"))
+				o->verbose = 1;
+			else if (strcmp(optarg, "info") &&
+				 strcmp(optarg, "warn") &&
+				 strcmp(optarg, "error"))
+				rc = bad("--log-level", optarg,
+					 "expected debug, info, warn or error");
+			break;
+		case 'f':
+			o->foreground = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (rc)
+		return rc;
+	if (argc - optind != 2) {
+		fprintf(stderr, "tierfs: mount needs s3://BUCKET[/PREFIX] and "
+				"MOUNTPOINT\n");
+		usage(stderr);
+		return -EINVAL;
+	}
+	rc = parse_url(argv[optind], o);
+	if (rc)
+		return rc;
+	o->mountpoint = argv[optind + 1];
+	struct stat st;
+	if (stat(o->mountpoint, &st) != 0 || !S_ISDIR(st.st_mode))
+		return bad("MOUNTPOINT", o->mountpoint,
+			   "must be an existing directory");
+	if (!o->cache_dir)
+		return bad("--cache-dir", "", "is required");
+	if (o->cache_dir[0] != '/')
+		return bad("--cache-dir", o->cache_dir, "must be absolute");
+	char why[256];
+	if (s3_config_validate(&o->s3, why, sizeof(why)))
+		return bad("--endpoint/--region",
+			   o->s3.endpoint ? o->s3.endpoint : "", why);
+	return 0;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, mode) != 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, mode) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* Tells the waiting parent how start-up went (0 or a positive errno). */
+static void report(int fd, int err)
+{
+	if (fd < 0)
+		return;
+	ssize_t n = write(fd, &err, sizeof(err));
+	(void)n;
+	close(fd);
+}
+
+/* Everything after the fork: returns the exit status. */
+static int run(struct mount_opts *o, s3_client *s3, int report_fd)
+{
+	char path[PATH_MAX];
+	struct meta *meta = NULL;
+	struct fs *fs = NULL;
+	struct fuse_session *se = NULL;
+	int rc, status = 1;
+
+	rc = mkdir_p(o->cache_dir, 0700);
+	if (rc) {
+		fprintf(stderr, "tierfs: --cache-dir '%s': %s\n", o->cache_dir,
+			strerror(-rc));
+		goto out;
+	}
+	struct meta_config mc;
+	meta_config_init(&mc);
+	snprintf(path, sizeof(path), "%s/meta.db", o->cache_dir);
+	mc.path = path;
+	mc.root_mode = S_IFDIR | (o->fs.defaults.dir_mode & 07777);
+	mc.root_uid = o->fs.defaults.uid;
+	mc.root_gid = o->fs.defaults.gid;
+	rc = meta_open(&mc, &meta);
+	if (rc) {
+		fprintf(stderr, "tierfs: metadata store '%s': %s\n", path,
+			strerror(-rc));
+		goto out;
+	}
+	struct data_config dc;
+	char data_dir[PATH_MAX];
+	data_config_init(&dc);
+	snprintf(data_dir, sizeof(data_dir), "%s/data", o->cache_dir);
+	dc.dir = data_dir;
+	dc.size_limit = o->cache_size;
+	o->fs.bucket = o->bucket;
+	o->fs.prefix = o->prefix;
+	rc = fs_create(&o->fs, s3, meta, &dc, &fs);
+	if (rc) {
+		fprintf(stderr, "tierfs: cache '%s': %s\n", data_dir,
+			strerror(-rc));
+		goto out;
+	}
+	/* the first mount on this cache dir reads the tree from S3 */
+	snprintf(path, sizeof(path), "%s/loaded", o->cache_dir);
+	if (access(path, F_OK) != 0) {
+		rc = fs_load_tree(fs);
+		int fd = rc ? -1 : open(path, O_CREAT | O_WRONLY, 0600);
+		if (rc || fd < 0) {
+			fprintf(stderr, "tierfs: loading s3://%s/%s: %s\n",
+				o->bucket, o->prefix,
+				strerror(rc ? -rc : errno));
+			goto out;
+		}
+		close(fd);
+	}
+
+	char fsname[128];
+	snprintf(fsname, sizeof(fsname), "fsname=tierfs:%s", o->bucket);
+	char *fargv[] = {"tierfs",
+			 "-o",
+			 fsname,
+			 "-o",
+			 "subtype=tierfs,default_permissions,allow_other",
+			 o->fs.read_only ? "-o" : NULL,
+			 "ro",
+			 NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(o->fs.read_only ? 7 : 5, fargv);
+	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
+	fuse_opt_free_args(&args);
+	if (!se || fuse_set_signal_handlers(se) != 0) {
+		fprintf(stderr, "tierfs: cannot create the FUSE session\n");
+		goto out;
+	}
+	if (fuse_session_mount(se, o->mountpoint) != 0) {
+		fprintf(stderr, "tierfs: cannot mount on '%s'\n",
+			o->mountpoint);
+		goto out_signals;
+	}
+	fprintf(stderr, "tierfs: s3://%s/%s mounted on %s\n", o->bucket,
+		o->prefix, o->mountpoint);
+	report(report_fd, 0);
+	report_fd = -1;
+
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_clone_fd(lc, 0);
+	fuse_loop_cfg_set_max_threads(lc, 16);
+	rc = fuse_session_loop_mt(se, lc);
+	fuse_loop_cfg_destroy(lc);
+	fuse_session_unmount(se);
+	status = rc == 0 ? 0 : 1;
+out_signals:
+	fuse_remove_signal_handlers(se);
+out:
+	if (se)
+		fuse_session_destroy(se);
+	if (fs) {
+		rc = fs_destroy(fs);
+		if (rc) {
+			fprintf(stderr,
+				"tierfs: not everything reached S3 (%s); it "
+				"stays in %s for the next mount\n",
+				strerror(-rc), o->cache_dir);
+			status = 1;
+		}
+	}
+	if (meta)
+		meta_close(meta);
+	report(report_fd, status ? EIO : 0);
+	return status;
+}
+
+static int mount_main(int argc, char **argv)
+{
+	struct mount_opts o;
+	struct s3_credentials creds = {0};
+	s3_client *s3 = NULL;
+	char why[512];
+	int status = 2;
+
+	memset(&o, 0, sizeof(o));
+	s3_config_init(&o.s3);
+	s3_config_from_env(&o.s3);
+	fs_config_init(&o.fs);
+	o.cache_size = DEFAULT_CACHE_SIZE;
+	optind = 1;
+	if (parse_args(argc, argv, &o))
+		goto out;
+	int rc = o.creds_file ? s3_credentials_from_file(o.creds_file, &creds,
+							 why, sizeof(why))
+			      : s3_credentials_from_env(&creds);
+	if (rc) {
+		if (!o.creds_file)
+			snprintf(why, sizeof(why),
+				 "no credentials: set AWS_ACCESS_KEY_ID and "
+				 "AWS_SECRET_ACCESS_KEY, or pass "
+				 "--credentials-file");
+		fprintf(stderr, "tierfs: %s\n", why);
+		goto out;
+	}
+	status = 1;
+	if (s3_client_create(&o.s3, &creds, &s3) != 0) {
+		fprintf(stderr, "tierfs: cannot create the S3 client\n");
+		goto out;
+	}
+	struct s3_error e;
+	rc = s3_head_bucket(s3, o.bucket, &e);
+	if (rc) {
+		fprintf(stderr, "tierfs: bucket '%s': %s: %s\n", o.bucket,
+			e.code, e.message);
+		goto out;
+	}
+
+	if (o.foreground) {
+		status = run(&o, s3, -1);
+		goto out;
+	}
+	int pipefd[2];
+	if (pipe(pipefd) != 0) {
+		perror("tierfs: pipe");
+		goto out;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("tierfs: fork");
+		goto out;
+	}
+	if (pid == 0) {
+		close(pipefd[0]);
+		setsid();
+		/* the daemon logs into its cache dir */
+		char logp[PATH_MAX];
+		snprintf(logp, sizeof(logp), "%s/tierfs.log", o.cache_dir);
+		mkdir_p(o.cache_dir, 0700);
+		int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		int nul = open("/dev/null", O_RDWR);
+		if (nul >= 0) {
+			dup2(nul, STDIN_FILENO);
+			dup2(fd >= 0 ? fd : nul, STDOUT_FILENO);
+			dup2(fd >= 0 ? fd : nul, STDERR_FILENO);
+		}
+		if (chdir("/") != 0)
+			_exit(1);
+		_exit(run(&o, s3, pipefd[1]));
+	}
+	close(pipefd[1]);
+	int err = EIO;
+	ssize_t n = read(pipefd[0], &err, sizeof(err));
+	close(pipefd[0]);
+	if (n != (ssize_t)sizeof(err) || err) {
+		fprintf(stderr, "tierfs: mount failed; see %s/tierfs.log\n",
+			o.cache_dir);
+		waitpid(pid, NULL, WNOHANG);
+		status = 1;
+	} else {
+		status = 0;
+	}
+out:
+	s3_client_destroy(s3);
+	s3_credentials_free(&creds);
+	free(o.bucket);
+	free(o.prefix);
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "mount") == 0)
+		return mount_main(argc - 1, argv + 1);
+	if (argc >= 2 &&
+	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+		usage(stdout);
+		return 0;
+	}
+	usage(stderr);
+	return 2;
+}

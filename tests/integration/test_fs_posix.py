@@ -1,0 +1,395 @@
+"""test_fs_posix.py: a real tierfs FUSE mount over the local S3: POSIX semantics and the S3 layout.
+
+Each test mounts a fresh volume (its own prefix and cache dir) in the
+foreground, works in it, and checks the results in the mount and, where
+the test says so, in S3 through boto3. Run under `eval "$(hack/s3-local.sh
+env)"`; skipped without AWS_ENDPOINT_URL or /dev/fuse.
+"""
+
+import errno
+import hashlib
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+from tierfs_mount import Mount  # noqa: E402
+
+if not os.environ.get("AWS_ENDPOINT_URL"):
+    pytest.skip("AWS_ENDPOINT_URL is not set: run under "
+                '`eval "$(hack/s3-local.sh env)"`', allow_module_level=True)
+if not os.path.exists("/dev/fuse"):
+    pytest.skip("no /dev/fuse", allow_module_level=True)
+
+import boto3  # noqa: E402
+
+BUCKET = os.environ.get("TIERFS_TEST_BUCKET", "tierfs-it")
+RUN = uuid.uuid4().hex[:8]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    c = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    try:
+        c.create_bucket(Bucket=BUCKET)
+    except c.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    except c.exceptions.BucketAlreadyExists:
+        pass
+    return c
+
+
+@pytest.fixture
+def volume(request, s3, tmp_path):
+    """A fresh prefix; yields (s3://bucket/prefix, prefix); deletes it after."""
+    prefix = f"fs-{RUN}/{request.node.name[:60]}"
+    yield f"s3://{BUCKET}/{prefix}", prefix
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
+
+
+@pytest.fixture
+def mount(volume, tmp_path):
+    """A mounted fresh volume; yields the Mount; unmounts after."""
+    url, _ = volume
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
+              "--upload-delay", "200ms", "--capacity", "64M",
+              "--uid", "1000", "--gid", "100")
+    yield m
+    rc = m.unmount()
+    assert rc == 0, m.output()
+
+
+def head(s3, key):
+    return s3.head_object(Bucket=BUCKET, Key=key)
+
+
+def body(s3, key):
+    return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
+def md5(data):
+    return hashlib.md5(data).hexdigest()
+
+
+# --- files -------------------------------------------------------------------------
+
+
+def test_write_read_append_truncate(mount):
+    p = Path(mount.mountpoint) / "f.txt"
+    p.write_bytes(b"hello")
+    assert p.read_bytes() == b"hello"
+    with open(p, "ab") as f:
+        f.write(b", world")
+    assert p.read_bytes() == b"hello, world"
+    os.truncate(p, 5)
+    assert p.read_bytes() == b"hello"
+    os.truncate(p, 8)
+    assert p.read_bytes() == b"hello\0\0\0"
+    assert p.stat().st_size == 8
+
+
+def test_random_writes_and_sparse_file(mount):
+    p = Path(mount.mountpoint) / "sparse"
+    with open(p, "wb") as f:
+        f.seek(1 << 20)
+        f.write(b"end")
+        f.seek(10)
+        f.write(b"mid")
+    data = p.read_bytes()
+    assert len(data) == (1 << 20) + 3
+    assert data[10:13] == b"mid" and data[-3:] == b"end"
+    assert data[:10] == b"\0" * 10
+
+
+def test_o_excl_and_o_trunc(mount):
+    p = os.path.join(mount.mountpoint, "x")
+    fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.write(fd, b"abc")
+    os.close(fd)
+    with pytest.raises(FileExistsError):
+        os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+    os.close(fd)
+    assert os.stat(p).st_size == 0
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+
+
+def test_directories_and_errors(mount):
+    root = Path(mount.mountpoint)
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "d" / "file").write_text("x")
+    assert sorted(os.listdir(root / "d")) == ["e", "file"]
+    assert os.stat(root / "d").st_nlink == 3
+    with pytest.raises(OSError) as e:
+        os.rmdir(root / "d")
+    assert e.value.errno == errno.ENOTEMPTY
+    with pytest.raises(FileExistsError):
+        (root / "d").mkdir()
+    with pytest.raises(IsADirectoryError):
+        os.unlink(root / "d")
+    with pytest.raises(NotADirectoryError):
+        os.rmdir(root / "d" / "file")
+    with pytest.raises(NotADirectoryError):
+        os.stat(root / "d" / "file" / "x")
+    with pytest.raises(FileNotFoundError):
+        os.stat(root / "nope")
+    with pytest.raises(OSError) as e:
+        (root / ("n" * 256)).write_text("x")
+    assert e.value.errno == errno.ENAMETOOLONG
+    os.unlink(root / "d" / "file")
+    os.rmdir(root / "d" / "e")
+    os.rmdir(root / "d")
+    assert os.listdir(root) == []
+
+
+def test_readdir_of_many_entries(mount):
+    d = Path(mount.mountpoint) / "many"
+    d.mkdir()
+    names = {f"f{i:04d}" for i in range(1500)}
+    for n in names:
+        (d / n).write_bytes(b"")
+    assert set(os.listdir(d)) == names
+    # ls -l style: every entry stats
+    assert all(e.stat().st_size == 0 for e in os.scandir(d))
+
+
+def test_rename_file_over_file_and_directory_tree(mount, s3, volume):
+    _, prefix = volume
+    root = Path(mount.mountpoint)
+    (root / "a").write_text("A")
+    (root / "b").write_text("B")
+    os.rename(root / "a", root / "b")
+    assert (root / "b").read_text() == "A"
+    assert not (root / "a").exists()
+    (root / "src" / "sub").mkdir(parents=True)
+    (root / "src" / "sub" / "f").write_text("deep")
+    fd = os.open(root / "src" / "sub" / "f", os.O_RDONLY)
+    os.fsync(fd)  # in S3 before the rename: the rename copies objects
+    os.close(fd)
+    os.rename(root / "src", root / "dst")
+    assert (root / "dst" / "sub" / "f").read_text() == "deep"
+    assert not (root / "src").exists()
+    # a directory into its own subtree
+    with pytest.raises(OSError) as e:
+        os.rename(root / "dst", root / "dst" / "sub" / "x")
+    assert e.value.errno == errno.EINVAL
+    fd = os.open(root, os.O_RDONLY)
+    os.fsync(fd)  # fsync(dir): namespace changes in S3
+    os.close(fd)
+    keys = {o["Key"] for o in s3.list_objects_v2(
+        Bucket=BUCKET, Prefix=prefix + "/").get("Contents", [])}
+    assert f"{prefix}/dst/sub/f" in keys
+    assert f"{prefix}/b" in keys
+    assert not any(k.startswith(f"{prefix}/src/") for k in keys), keys
+    assert f"{prefix}/a" not in keys
+    assert body(s3, f"{prefix}/dst/sub/f") == b"deep"
+
+
+def test_symlink_and_hard_link(mount):
+    root = Path(mount.mountpoint)
+    (root / "target").write_text("t")
+    os.symlink("target", root / "ln")
+    assert os.readlink(root / "ln") == "target"
+    assert (root / "ln").read_text() == "t"
+    os.link(root / "target", root / "hard")
+    assert os.stat(root / "target").st_nlink == 2
+    assert os.stat(root / "hard").st_ino == os.stat(root / "target").st_ino
+    with open(root / "hard", "a") as f:
+        f.write("+")
+    assert (root / "target").read_text() == "t+"
+    os.unlink(root / "target")
+    assert os.stat(root / "hard").st_nlink == 1
+    assert (root / "hard").read_text() == "t+"
+
+
+def test_chmod_chown_utime(mount):
+    p = Path(mount.mountpoint) / "m"
+    p.write_text("x")
+    os.chmod(p, 0o751)
+    os.chown(p, 1234, 4321)
+    os.utime(p, ns=(1_600_000_000_000000001, 1_700_000_000_123456789))
+    st = os.stat(p)
+    assert stat.S_IMODE(st.st_mode) == 0o751
+    assert (st.st_uid, st.st_gid) == (1234, 4321)
+    assert st.st_mtime_ns == 1_700_000_000_123456789
+
+
+def test_xattrs(mount):
+    p = Path(mount.mountpoint) / "x"
+    p.write_text("x")
+    os.setxattr(p, "user.color", b"blue")
+    assert os.getxattr(p, "user.color") == b"blue"
+    assert "user.color" in os.listxattr(p)
+    with pytest.raises(FileExistsError):
+        os.setxattr(p, "user.color", b"red", os.XATTR_CREATE)
+    os.removexattr(p, "user.color")
+    with pytest.raises(OSError) as e:
+        os.getxattr(p, "user.color")
+    assert e.value.errno == errno.ENODATA
+
+
+def test_unlink_while_open(mount):
+    p = Path(mount.mountpoint) / "tmp"
+    with open(p, "w+b") as f:
+        f.write(b"still here")
+        f.flush()
+        os.unlink(p)
+        assert not p.exists()
+        f.seek(0)
+        assert f.read() == b"still here"
+
+
+def test_statfs_reports_capacity_and_enospc_past_it(mount):
+    st = os.statvfs(mount.mountpoint)
+    assert st.f_blocks * st.f_frsize == 64 << 20
+    p = Path(mount.mountpoint) / "big"
+    with pytest.raises(OSError) as e:
+        with open(p, "wb") as f:
+            for _ in range(80):
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+    assert e.value.errno == errno.ENOSPC
+    os.unlink(p)
+    (Path(mount.mountpoint) / "small").write_bytes(b"1" * 4096)  # space is back
+
+
+# --- S3 layout ----------------------------------------------------------------------
+
+
+def test_fsync_puts_data_and_attributes_in_s3(mount, s3, volume):
+    _, prefix = volume
+    p = Path(mount.mountpoint) / "dir" / "note.txt"
+    p.parent.mkdir()
+    with open(p, "wb") as f:
+        f.write(b"saved")
+        f.flush()
+        os.fchmod(f.fileno(), 0o640)
+        os.fsync(f.fileno())
+    st = os.stat(p)
+    h = head(s3, f"{prefix}/dir/note.txt")
+    assert body(s3, f"{prefix}/dir/note.txt") == b"saved"
+    meta = h["Metadata"]
+    assert int(meta["mode"]) == stat.S_IFREG | 0o640
+    assert meta["uid"] == "0" and meta["gid"] == "0"  # root made it
+    sec, frac = meta["mtime"].split(".")
+    assert len(frac) == 9
+    assert int(sec) * 10**9 + int(frac) == st.st_mtime_ns
+
+
+def test_unmount_uploads_everything_and_a_new_node_sees_it(volume, s3, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "mnt1"), str(tmp_path / "cache1"),
+              "--upload-delay", "60s")
+    root = Path(m.mountpoint)
+    (root / "docs").mkdir(mode=0o750)
+    (root / "docs" / "a.txt").write_text("alpha")
+    (root / "empty").mkdir()
+    os.symlink("docs/a.txt", root / "link")
+    data = os.urandom(3 << 20)
+    (root / "blob").write_bytes(data)
+    os.chmod(root / "blob", 0o600)
+    os.utime(root / "blob", ns=(1_600_000_000_000000000, 1_650_000_000_000000042))
+    expect = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            full = os.path.join(dirpath, n)
+            st = os.lstat(full)
+            expect[os.path.relpath(full, root)] = (st.st_mode, st.st_size,
+                                                   st.st_mtime_ns)
+    assert m.unmount() == 0, m.output()
+    # a long upload delay: only the unmount flush can have sent these
+    assert body(s3, f"{prefix}/blob") == data
+    assert head(s3, f"{prefix}/empty/")["ContentType"].startswith("application/x-directory")
+    assert body(s3, f"{prefix}/link") == b"docs/a.txt"
+
+    m2 = Mount(url, str(tmp_path / "mnt2"), str(tmp_path / "cache2"))
+    try:
+        root2 = Path(m2.mountpoint)
+        got = {}
+        for dirpath, dirnames, filenames in os.walk(root2):
+            for n in dirnames + filenames:
+                full = os.path.join(dirpath, n)
+                st = os.lstat(full)
+                got[os.path.relpath(full, root2)] = (st.st_mode, st.st_size,
+                                                     st.st_mtime_ns)
+        assert got == expect
+        assert (root2 / "blob").read_bytes() == data
+        assert os.readlink(root2 / "link") == "docs/a.txt"
+        assert (root2 / "link").read_text() == "alpha"
+    finally:
+        assert m2.unmount() == 0, m2.output()
+
+
+def test_objects_from_other_tools_appear_with_defaults(volume, s3, tmp_path):
+    url, prefix = volume
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/plain.csv", Body=b"a,b\n")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/implicit/dir/deep.txt", Body=b"deep")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/.tierfs/private", Body=b"hidden")
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
+              "--uid", "1000", "--gid", "100", "--file-mode", "0640",
+              "--dir-mode", "0750")
+    try:
+        root = Path(m.mountpoint)
+        assert sorted(os.listdir(root)) == ["implicit", "plain.csv"]
+        st = os.stat(root / "plain.csv")
+        assert stat.S_IMODE(st.st_mode) == 0o640
+        assert (st.st_uid, st.st_gid) == (1000, 100)
+        assert (root / "plain.csv").read_bytes() == b"a,b\n"
+        st = os.stat(root / "implicit" / "dir")
+        assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o750
+        assert (root / "implicit" / "dir" / "deep.txt").read_text() == "deep"
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+# --- real tools -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_sqlite_integrity(mount, journal):
+    db = os.path.join(mount.mountpoint, f"t-{journal}.db")
+    c = sqlite3.connect(db)
+    c.execute(f"PRAGMA journal_mode={journal}")
+    c.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+    for i in range(200):
+        c.execute("INSERT INTO t (v) VALUES (?)", (f"row {i}" * 10,))
+        if i % 20 == 0:
+            c.commit()
+    c.commit()
+    assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert c.execute("SELECT count(*) FROM t").fetchone()[0] == 200
+    c.close()
+
+
+def test_git_init_commit_fsck(mount):
+    repo = os.path.join(mount.mountpoint, "repo")
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@x", HOME=repo)
+    def git(*args):
+        return subprocess.run(["git", "-C", repo, *args], env=env, check=True,
+                              capture_output=True, text=True)
+    os.mkdir(repo)
+    git("init", "-q")
+    for i in range(20):
+        Path(repo, f"f{i}.txt").write_text(f"file {i}\n" * 50)
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    Path(repo, "f3.txt").write_text("changed\n")
+    git("commit", "-q", "-am", "second")
+    git("gc", "-q")
+    assert git("fsck", "--strict").returncode == 0
+    assert git("status", "--porcelain").stdout == ""
+    assert "second" in git("log", "--oneline").stdout

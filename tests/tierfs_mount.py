@@ -1,0 +1,58 @@
+"""tierfs_mount.py: runs `tierfs mount` for tests and waits for it to be ready or gone."""
+import os
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIERFS = os.environ.get("TIERFS_BIN", os.path.join(ROOT, "build", "tierfs"))
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+class Mount:
+    """A foreground `tierfs mount -f` child; unmount() flushes and waits."""
+
+    def __init__(self, volume, mountpoint, cache_dir, *extra, env=None):
+        self.mountpoint = mountpoint
+        self.cache_dir = cache_dir
+        os.makedirs(mountpoint, exist_ok=True)
+        child = dict(os.environ)
+        child.update(env or {})
+        self.log = open(os.path.join(os.path.dirname(cache_dir.rstrip("/")),
+                                     os.path.basename(cache_dir.rstrip("/")) + ".log"), "ab")
+        self.argv = [TIERFS, "mount", volume, mountpoint, "--cache-dir", cache_dir,
+                     "-f", *extra]
+        self.proc = subprocess.Popen(self.argv, env=child, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not is_mounted(mountpoint):
+            if self.proc.poll() is not None:
+                self.log.flush()
+                raise RuntimeError(f"tierfs exited {self.proc.returncode} before "
+                                   f"mounting:\n{self.output()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError(f"tierfs did not mount in 60 s:\n{self.output()}")
+            time.sleep(0.05)
+
+    def output(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log.name, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def unmount(self, timeout=120):
+        """Unmounts and waits for the daemon's final flush; returns its exit code."""
+        if self.proc.poll() is None and is_mounted(self.mountpoint):
+            subprocess.run(["fusermount3", "-u", self.mountpoint], check=True)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.log.close()
+        return rc
