@@ -229,7 +229,7 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 {
 	struct data_file *df;
 	struct ranges snap = RANGES_INIT;
-	struct s3_error e;
+	struct s3_error e = {0};
 	int rc = data_get(fs->data, ino, a->size, &df);
 	if (rc)
 		return rc;
@@ -241,7 +241,8 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 		rc = s3_upload_fd(fs->s3, fs->bucket, key, data_fd(df), 0,
 				  data_size(df), o, etag, &e);
 	if (rc) {
-		fs_log("upload of '%s' failed: %s", key, strerror(-rc));
+		fs_log("upload of '%s' failed: %s (%s: %s)", key, strerror(-rc),
+		       e.code, e.message);
 		ranges_free(&snap); /* hand back an empty snapshot */
 	}
 	if (have_snap) {
