@@ -96,10 +96,11 @@ void fs_config_init(struct fs_config *cfg)
 
 /* --- the dirty set ------------------------------------------------------ */
 
-static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
+/* Puts ino in the dirty set, due since_ms + upload_delay_ms. If memory
+ * runs out the meta store's flag still says dirty: the next mount (see
+ * load_dirty()) uploads it. */
+static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms)
 {
-	if (meta_set_dirty(fs->meta, ino, flags) != 0)
-		return;
 	pthread_mutex_lock(&fs->lock);
 	size_t i;
 	for (i = 0; i < fs->ndirty; i++)
@@ -110,17 +111,38 @@ static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 			size_t cap = fs->capdirty ? fs->capdirty * 2 : 64;
 			struct dirty *d = realloc(fs->dirty, cap * sizeof(*d));
 			if (!d) {
-				/* the meta flag still says dirty: the next
-				 * mount (or fs_flush_all) uploads it */
 				pthread_mutex_unlock(&fs->lock);
 				return;
 			}
 			fs->dirty = d;
 			fs->capdirty = cap;
 		}
-		fs->dirty[fs->ndirty++] = (struct dirty){ino, now_ms()};
+		fs->dirty[fs->ndirty++] = (struct dirty){ino, since_ms};
 	}
 	pthread_mutex_unlock(&fs->lock);
+}
+
+static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
+{
+	if (meta_set_dirty(fs->meta, ino, flags) == 0)
+		dirty_add(fs, ino, now_ms());
+}
+
+/* What an earlier run left dirty (a crash, or S3 down at unmount) is due
+ * at once. */
+static int load_dirty(struct fs *fs)
+{
+	uint64_t *inos = NULL;
+	size_t n = 0;
+	int rc = meta_dirty_list(fs->meta, &inos, &n);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		dirty_add(fs, inos[i], 0);
+	if (n)
+		fs_log("%zu inodes left dirty by an earlier run are queued for "
+		       "upload",
+		       n);
+	free(inos);
+	return rc;
 }
 
 /* Takes the inodes due at time now (all of them when now is UINT64_MAX)
@@ -469,13 +491,16 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_mutex_init(&fs->sync_lock, NULL);
 	pthread_cond_init(&fs->wake, NULL);
-	rc = -pthread_create(&fs->flusher, NULL, flusher_main, fs);
+	rc = load_dirty(fs);
+	if (!rc)
+		rc = -pthread_create(&fs->flusher, NULL, flusher_main, fs);
 	if (rc)
 		goto fail_thread;
 	*out = fs;
 	return 0;
 
 fail_thread:
+	free(fs->dirty);
 	pthread_cond_destroy(&fs->wake);
 	pthread_mutex_destroy(&fs->sync_lock);
 	pthread_mutex_destroy(&fs->lock);

@@ -1731,6 +1731,46 @@ int meta_path_nth(struct meta *m, uint64_t ino, unsigned n, char **path)
 	return rc;
 }
 
+struct dirty_scan {
+	uint64_t *inos;
+	size_t n, cap;
+	int rc;
+};
+
+static void collect_dirty(struct hnode *h, void *arg)
+{
+	struct dirty_scan *s = arg;
+	const struct inode *in = container_of(h, struct inode, h);
+	if (!in->a.dirty || s->rc)
+		return;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		uint64_t *v = realloc(s->inos, cap * sizeof(*v));
+		if (!v) {
+			s->rc = -ENOMEM;
+			return;
+		}
+		s->inos = v;
+		s->cap = cap;
+	}
+	s->inos[s->n++] = in->a.ino;
+}
+
+int meta_dirty_list(struct meta *m, uint64_t **inos, size_t *n)
+{
+	struct dirty_scan s = {NULL, 0, 0, 0};
+	lock(m);
+	htab_each(&m->inodes, collect_dirty, &s);
+	unlock(m);
+	if (s.rc) {
+		free(s.inos);
+		return s.rc;
+	}
+	*inos = s.inos;
+	*n = s.n;
+	return 0;
+}
+
 int meta_path(struct meta *m, uint64_t ino, char **path)
 {
 	return meta_path_nth(m, ino, 0, path);

@@ -143,6 +143,9 @@ int meta_forget(struct meta *m, uint64_t ino, uint64_t n);
 
 /* Dirty tracking for the uploader. */
 int meta_set_dirty(struct meta *m, uint64_t ino, uint32_t flags);
+/* Every inode with a dirty flag (after a restart: what S3 still lacks).
+ * *inos is malloc'ed (NULL when n is 0). */
+int meta_dirty_list(struct meta *m, uint64_t **inos, size_t *n);
 /* Clears flags only if the inode's change counter still equals seq (what
  * the uploader saw when it started), so a write during the upload keeps
  * the inode dirty: -EAGAIN then, with the flags kept. */

@@ -355,6 +355,38 @@ def test_objects_from_other_tools_appear_with_defaults(volume, s3, tmp_path):
         assert m.unmount() == 0, m.output()
 
 
+def test_kill9_then_remount_on_the_same_cache_dir_uploads_what_was_left(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    cache = str(tmp_path / "cache")
+    m = Mount(url, str(tmp_path / "mnt"), cache, "--upload-delay", "600s")
+    data = os.urandom(200_000)
+    (Path(m.mountpoint) / "unsaved.bin").write_bytes(data)  # closed, not fsynced
+    time.sleep(0.5)  # past the metadata store's group commit
+    m.proc.kill()
+    m.proc.wait()
+    subprocess.run(["fusermount3", "-u", "-z", m.mountpoint], check=False)
+    m.log.close()
+    keys = [o["Key"] for o in s3.list_objects_v2(
+        Bucket=BUCKET, Prefix=prefix + "/").get("Contents", [])]
+    assert f"{prefix}/unsaved.bin" not in keys  # nothing was uploaded yet
+
+    m2 = Mount(url, str(tmp_path / "mnt"), cache, "--upload-delay", "600s")
+    try:
+        assert (Path(m2.mountpoint) / "unsaved.bin").read_bytes() == data
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if body(s3, f"{prefix}/unsaved.bin") == data:
+                    break
+            except s3.exceptions.NoSuchKey:
+                pass
+            time.sleep(0.2)
+        assert body(s3, f"{prefix}/unsaved.bin") == data
+    finally:
+        assert m2.unmount() == 0, m2.output()
+
+
 # --- real tools -----------------------------------------------------------------------
 
 

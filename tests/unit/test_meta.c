@@ -1458,6 +1458,27 @@ static void test_path_nth_names_every_hard_link(void **state)
 	assert_int_equal(meta_path_nth(f->m, ROOT, 1, &p), -ENOENT);
 }
 
+static void test_dirty_list_survives_reopen(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a");
+	uint64_t b = mkfile(f->m, ROOT, "b");
+	uint64_t seq, *inos = NULL;
+	size_t n = 0;
+	/* a is clean again (uploaded); b stays dirty */
+	assert_int_equal(meta_change_seq(f->m, a, &seq), 0);
+	assert_int_equal(meta_clear_dirty(f->m, a, ~0u, seq), 0);
+	assert_int_equal(meta_change_seq(f->m, ROOT, &seq), 0);
+	meta_clear_dirty(f->m, ROOT, ~0u, seq);
+	assert_int_equal(meta_commit(f->m), 0);
+	meta_close(f->m);
+	f->m = open_store(f, 0);
+	assert_int_equal(meta_dirty_list(f->m, &inos, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(inos[0], b);
+	free(inos);
+}
+
 static void test_lookup_ref_keeps_an_unlinked_inode_alive(void **state)
 {
 	struct fixture *f = *state;
@@ -1980,6 +2001,7 @@ int main(void)
 		T(test_path_walks_first_names_to_the_root),
 		T(test_path_nth_names_every_hard_link),
 		T(test_lookup_ref_keeps_an_unlinked_inode_alive),
+		T(test_dirty_list_survives_reopen),
 		T(test_clear_dirty_only_when_change_seq_is_unchanged),
 		T(test_every_change_bumps_change_seq),
 		T(test_etag_roundtrip_and_short_buffer),
