@@ -428,6 +428,8 @@ static void *flusher_main(void *arg)
 		uint64_t *inos = take_due(fs, now_ms(), &n);
 		sync_list(fs, inos, n);
 		free(inos);
+		/* clean, closed data beyond --cache-size or the free floor */
+		data_evict(fs->data);
 		pthread_mutex_lock(&fs->lock);
 	}
 	pthread_mutex_unlock(&fs->lock);

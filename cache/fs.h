@@ -1,5 +1,7 @@
 /* fs.h: the FUSE edge of tierfs: low-level handlers over meta, data and S3.
  *
+ * The flusher thread also evicts clean, closed data from the cache each
+ * tick (FS_FLUSH_TICK_MS), under --cache-size and the free-space floor.
  * Threading: the handlers run on libfuse's worker threads; shared state
  * lives in the modules below (each thread-safe) plus fs->lock, which
  * guards the dirty set and is never held across a call into S3. One

@@ -387,6 +387,30 @@ def test_kill9_then_remount_on_the_same_cache_dir_uploads_what_was_left(
         assert m2.unmount() == 0, m2.output()
 
 
+def test_cache_size_limit_evicts_clean_data_and_rereads_it(volume, s3, tmp_path):
+    url, prefix = volume
+    blobs = {f"f{i}": os.urandom(512 * 1024) for i in range(6)}
+    for name, data in blobs.items():
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{name}", Body=data)
+    cache = tmp_path / "cache"
+    m = Mount(url, str(tmp_path / "mnt"), str(cache), "--cache-size", "1M")
+    try:
+        for name, data in blobs.items():
+            assert (Path(m.mountpoint) / name).read_bytes() == data
+        def cached():
+            return sum(p.stat().st_blocks * 512 for p in (cache / "data").iterdir()
+                       if p.is_file() and not p.name.endswith(".log"))
+        deadline = time.monotonic() + 10
+        while cached() > (1 << 20) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cached() <= 1 << 20, f"{cached()} bytes cached over a 1 MiB limit"
+        # evicted files come back from S3, whole
+        for name, data in blobs.items():
+            assert (Path(m.mountpoint) / name).read_bytes() == data
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
 # --- real tools -----------------------------------------------------------------------
 
 
