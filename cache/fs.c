@@ -34,6 +34,7 @@
 struct dirty {
 	uint64_t ino;
 	uint64_t since_ms; /* monotonic time of the first unsynced change */
+	uint32_t flags;	   /* META_DIRTY_* already set in the meta store */
 };
 
 struct fs {
@@ -99,14 +100,17 @@ void fs_config_init(struct fs_config *cfg)
 /* Puts ino in the dirty set, due since_ms + upload_delay_ms. If memory
  * runs out the meta store's flag still says dirty: the next mount (see
  * load_dirty()) uploads it. */
-static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms)
+static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
+		      uint32_t flags)
 {
 	pthread_mutex_lock(&fs->lock);
 	size_t i;
 	for (i = 0; i < fs->ndirty; i++)
 		if (fs->dirty[i].ino == ino)
 			break;
-	if (i == fs->ndirty) {
+	if (i < fs->ndirty) {
+		fs->dirty[i].flags |= flags;
+	} else {
 		if (fs->ndirty == fs->capdirty) {
 			size_t cap = fs->capdirty ? fs->capdirty * 2 : 64;
 			struct dirty *d = realloc(fs->dirty, cap * sizeof(*d));
@@ -117,15 +121,30 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms)
 			fs->dirty = d;
 			fs->capdirty = cap;
 		}
-		fs->dirty[fs->ndirty++] = (struct dirty){ino, since_ms};
+		fs->dirty[fs->ndirty++] = (struct dirty){ino, since_ms, flags};
 	}
 	pthread_mutex_unlock(&fs->lock);
 }
 
+/* 1 when ino is queued with all of flags already recorded. */
+static int already_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
+{
+	int yes = 0;
+	pthread_mutex_lock(&fs->lock);
+	for (size_t i = 0; i < fs->ndirty && !yes; i++)
+		yes = fs->dirty[i].ino == ino &&
+		      (fs->dirty[i].flags & flags) == flags;
+	pthread_mutex_unlock(&fs->lock);
+	return yes;
+}
+
 static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 {
+	/* a write to a file already queued costs no metadata write */
+	if (flags && already_dirty(fs, ino, flags))
+		return;
 	if (meta_set_dirty(fs->meta, ino, flags) == 0)
-		dirty_add(fs, ino, now_ms());
+		dirty_add(fs, ino, now_ms(), flags);
 }
 
 /* What an earlier run left dirty (a crash, or S3 down at unmount) is due
@@ -136,7 +155,7 @@ static int load_dirty(struct fs *fs)
 	size_t n = 0;
 	int rc = meta_dirty_list(fs->meta, &inos, &n);
 	for (size_t i = 0; rc == 0 && i < n; i++)
-		dirty_add(fs, inos[i], 0);
+		dirty_add(fs, inos[i], 0, 0);
 	if (n)
 		fs_log("%zu inodes left dirty by an earlier run are queued for "
 		       "upload",

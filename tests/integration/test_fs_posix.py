@@ -9,6 +9,7 @@ env)"`; skipped without AWS_ENDPOINT_URL or /dev/fuse.
 import errno
 import hashlib
 import os
+import shutil
 import sqlite3
 import stat
 import subprocess
@@ -213,6 +214,50 @@ def test_symlink_and_hard_link(mount):
     os.unlink(root / "target")
     assert os.stat(root / "hard").st_nlink == 1
     assert (root / "hard").read_text() == "t+"
+
+
+def as_user(uid, gid, *cmd):
+    """Runs cmd as uid:gid (no supplementary groups); returns CompletedProcess."""
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}",
+                           "--clear-groups", *cmd], capture_output=True, text=True)
+
+
+@pytest.fixture
+def open_mount(volume, tmp_path):
+    """Like mount, but on a mountpoint every user can reach."""
+    import tempfile
+    url, _ = volume
+    base = tempfile.mkdtemp(prefix="tierfs-perm-", dir="/var/tmp")
+    os.chmod(base, 0o755)
+    m = Mount(url, os.path.join(base, "mnt"), str(tmp_path / "cache"))
+    yield m
+    try:
+        assert m.unmount() == 0, m.output()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_permissions_are_checked_for_non_root_users(open_mount):
+    root = Path(open_mount.mountpoint)
+    home = root / "home"
+    home.mkdir()
+    os.chown(home, 1000, 100)
+    secret = root / "secret"
+    secret.write_text("root only")
+    os.chmod(secret, 0o600)
+    # the owner works in its own directory
+    r = as_user(1000, 100, "sh", "-c", f"echo mine > {home}/notes && cat {home}/notes")
+    assert r.returncode == 0 and r.stdout == "mine\n", r.stderr
+    assert os.stat(home / "notes").st_uid == 1000
+    # ...but may not read root's 0600 file, nor write in root's directory
+    r = as_user(1000, 100, "cat", str(secret))
+    assert r.returncode != 0 and "Permission denied" in r.stderr
+    r = as_user(1000, 100, "touch", str(root / "intruder"))
+    assert r.returncode != 0 and "Permission denied" in r.stderr
+    assert not (root / "intruder").exists()
+    # another user may not write into 1000's 0755 home
+    r = as_user(1001, 100, "touch", str(home / "x"))
+    assert r.returncode != 0 and "Permission denied" in r.stderr
 
 
 def test_chmod_chown_utime(mount):
