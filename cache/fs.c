@@ -1533,6 +1533,18 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	fuse_reply_err(req, -rc);
 }
 
+/* Replies to getxattr/listxattr: the size when asked for it (size 0),
+ * else the bytes. */
+static void reply_xattr(fuse_req_t req, size_t size, ssize_t n, const char *buf)
+{
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
@@ -1540,12 +1552,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	ssize_t n = size && !buf ? -ENOMEM
 				 : meta_getxattr(FS(req)->meta, ino, name, buf,
 						 size);
-	if (n < 0)
-		fuse_reply_err(req, (int)-n);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)n);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
+	reply_xattr(req, size, n, buf);
 	free(buf);
 }
 
@@ -1555,12 +1562,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	ssize_t n = size && !buf
 			    ? -ENOMEM
 			    : meta_listxattr(FS(req)->meta, ino, buf, size);
-	if (n < 0)
-		fuse_reply_err(req, (int)-n);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)n);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
+	reply_xattr(req, size, n, buf);
 	free(buf);
 }
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../s3/s3.h"
+#include "../s3/units.h"
 #include "data.h"
 #include "fs.h"
 #include "meta.h"
@@ -64,40 +65,8 @@ static int bad(const char *arg, const char *value, const char *why)
 
 static int parse_size(const char *arg, const char *s, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	unsigned shift = 0;
-	if (errno || end == s || *s == '-')
+	if (units_parse_size(s, out))
 		return bad(arg, s, "expected a size such as 10G or 512M");
-	switch (*end) {
-	case '\0':
-		break;
-	case 'K':
-	case 'k':
-		shift = 10;
-		break;
-	case 'M':
-	case 'm':
-		shift = 20;
-		break;
-	case 'G':
-	case 'g':
-		shift = 30;
-		break;
-	case 'T':
-	case 't':
-		shift = 40;
-		break;
-	default:
-		return bad(arg, s, "expected a size such as 10G or 512M");
-	}
-	if (*end && end[1] && strcmp(end + 1, "i") && strcmp(end + 1, "iB") &&
-	    strcmp(end + 1, "B"))
-		return bad(arg, s, "expected a size such as 10G or 512M");
-	if (shift && v > (UINT64_MAX >> shift))
-		return bad(arg, s, "too large");
-	*out = (uint64_t)v << shift;
 	return 0;
 }
 

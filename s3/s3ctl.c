@@ -23,6 +23,7 @@
 #include <openssl/rand.h>
 
 #include "s3.h"
+#include "units.h"
 
 #define BENCH_SMALL_SIZE 4096
 #define BENCH_SMALL_COUNT 50
@@ -72,47 +73,6 @@ static void usage(FILE *f)
 		"Credentials: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY[/AWS_SESSION_TOKEN]\n"
 		"or --credentials-file (mode 0600). Endpoint and region default to\n"
 		"AWS_ENDPOINT_URL and AWS_REGION.\n");
-}
-
-/* "10G", "512M", "4k", "123" -> bytes. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -EINVAL;
-	unsigned shift = 0;
-	switch (*end) {
-	case '\0':
-		break;
-	case 'k':
-	case 'K':
-		shift = 10;
-		break;
-	case 'm':
-	case 'M':
-		shift = 20;
-		break;
-	case 'g':
-	case 'G':
-		shift = 30;
-		break;
-	case 't':
-	case 'T':
-		shift = 40;
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (*end && end[1] &&
-	    !((end[1] == 'i' || end[1] == 'B') &&
-	      (end[2] == '\0' || (end[2] == 'B' && !end[3]))))
-		return -EINVAL;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 /* Splits "s3://bucket/key" into malloc'ed parts; key may be "". */
@@ -495,7 +455,7 @@ static int parse_args(struct ctl *ctl, int argc, char **argv,
 					&ctl->cfg.parallel);
 			break;
 		case OPT_PART_SIZE:
-			rc = parse_size(optarg, &ctl->cfg.part_size);
+			rc = units_parse_size(optarg, &ctl->cfg.part_size);
 			if (rc)
 				fprintf(stderr,
 					"tierfsctl: --part-size '%s': expected "
@@ -503,7 +463,7 @@ static int parse_args(struct ctl *ctl, int argc, char **argv,
 					optarg);
 			break;
 		case OPT_SIZE:
-			rc = parse_size(optarg, &ctl->size);
+			rc = units_parse_size(optarg, &ctl->size);
 			if (rc || ctl->size == 0) {
 				fprintf(stderr,
 					"tierfsctl: --size '%s': expected a "
