@@ -1,0 +1,95 @@
+"""test_fs_mount_cli.py: `tierfs mount` refuses bad arguments by name and mounts nothing."""
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+from tierfs_mount import TIERFS, is_mounted  # noqa: E402
+
+if not os.environ.get("AWS_ENDPOINT_URL"):
+    pytest.skip("AWS_ENDPOINT_URL is not set", allow_module_level=True)
+
+BUCKET = os.environ.get("TIERFS_TEST_BUCKET", "tierfs-it")
+
+
+def run(*args, env=None):
+    child = dict(os.environ)
+    child.update(env or {})
+    return subprocess.run([TIERFS, "mount", *args], env=child,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("extra,named", [
+    (["--capacity", "10Q"], "--capacity"),
+    (["--cache-size", "-1"], "--cache-size"),
+    (["--uid", "abc"], "--uid"),
+    (["--file-mode", "0999"], "--file-mode"),
+    (["--durability", "maybe"], "--durability"),
+    (["--upload-delay", "2 weeks"], "--upload-delay"),
+    (["--endpoint", "ftp://x"], "endpoint"),
+])
+def test_bad_argument_is_named_and_nothing_is_mounted(tmp_path, extra, named):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run(f"s3://{BUCKET}/cli", str(mnt), "--cache-dir", str(tmp_path / "c"),
+            *extra)
+    assert r.returncode == 2, r.stderr
+    assert named in r.stderr
+    assert not is_mounted(str(mnt))
+    assert not (tmp_path / "c").exists()  # nothing created before validation
+
+
+def test_bad_volume_and_mountpoint_are_named(tmp_path):
+    r = run("s3://AB/x", str(tmp_path), "--cache-dir", str(tmp_path / "c"))
+    assert r.returncode == 2 and "volume" in r.stderr
+    r = run(f"s3://{BUCKET}/a/../b", str(tmp_path), "--cache-dir",
+            str(tmp_path / "c"))
+    assert r.returncode == 2 and "prefix" in r.stderr
+    r = run(f"s3://{BUCKET}/x", str(tmp_path / "missing"), "--cache-dir",
+            str(tmp_path / "c"))
+    assert r.returncode == 2 and "MOUNTPOINT" in r.stderr
+    r = run(f"s3://{BUCKET}/x", str(tmp_path))
+    assert r.returncode == 2 and "--cache-dir" in r.stderr
+
+
+def test_credentials_come_from_a_0600_file_never_argv(tmp_path):
+    creds = tmp_path / "creds"
+    creds.write_text(f"accessKeyID={os.environ['AWS_ACCESS_KEY_ID']}\n"
+                     f"secretAccessKey={os.environ['AWS_SECRET_ACCESS_KEY']}\n")
+    os.chmod(creds, 0o644)
+    env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run(f"s3://{BUCKET}/cli", str(mnt), "--cache-dir", str(tmp_path / "c"),
+            "--credentials-file", str(creds), env=env)
+    assert r.returncode == 2 and "chmod 600" in r.stderr
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in r.stderr
+    os.chmod(creds, 0o600)
+    r = run(f"s3://{BUCKET}/cli", str(mnt), "--cache-dir", str(tmp_path / "c"),
+            "--credentials-file", str(creds), env=env)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert is_mounted(str(mnt))  # mounted when the command returned
+        log = (tmp_path / "c" / "tierfs.log").read_text()
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] not in log
+        assert stat.S_IMODE(os.stat(tmp_path / "c").st_mode) == 0o700
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
+
+
+def test_wrong_secret_fails_before_mounting(tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run(f"s3://{BUCKET}/cli", str(mnt), "--cache-dir", str(tmp_path / "c"),
+            env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-value"})
+    assert r.returncode == 1
+    assert "SignatureDoesNotMatch" in r.stderr or "Forbidden" in r.stderr, r.stderr
+    assert "wrong-secret-value" not in r.stderr
+    assert not is_mounted(str(mnt))
