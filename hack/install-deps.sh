@@ -12,8 +12,10 @@ PACKAGES=(
 	libsqlite3-dev sqlite3 libexpat1-dev libcmocka-dev
 	# style and static checks (make check)
 	clang-format cppcheck
-	# tests, demo and benchmarks
+	# tests, demo and benchmarks (git, openssl and procps are used by them;
+	# a minimal Debian image lacks them)
 	python3 python3-pytest python3-grpcio python3-boto3 fio
+	git openssl procps util-linux
 	# the local S3: OpenStack Swift with s3api, plus memcached
 	swift swift-proxy swift-account swift-container swift-object memcached
 	# peers for interop tests and benchmarks
