@@ -169,6 +169,10 @@ enum stmt {
 	ST_XATTR_UPD,
 	ST_XATTR_DEL,
 	ST_KV_PUT,
+	ST_OUTBOX_INS,
+	ST_OUTBOX_DEL_ID,
+	ST_OUTBOX_DEL_KEY,
+	ST_OUTBOX_PEEK,
 	ST_COUNT
 };
 
@@ -198,6 +202,10 @@ static const char *const stmt_sql[ST_COUNT] = {
 		"UPDATE xattrs SET value = ?3 WHERE ino = ?1 AND name = ?2",
 	[ST_XATTR_DEL] = "DELETE FROM xattrs WHERE ino = ?1 AND name = ?2",
 	[ST_KV_PUT] = "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)",
+	[ST_OUTBOX_INS] = "INSERT INTO outbox(key) VALUES(?1)",
+	[ST_OUTBOX_DEL_ID] = "DELETE FROM outbox WHERE id = ?1",
+	[ST_OUTBOX_DEL_KEY] = "DELETE FROM outbox WHERE key = ?1",
+	[ST_OUTBOX_PEEK] = "SELECT id, key FROM outbox ORDER BY id LIMIT ?1",
 };
 
 static const char schema_sql[] =
@@ -215,7 +223,11 @@ static const char schema_sql[] =
 	" PRIMARY KEY(parent, name));"
 	"CREATE INDEX dentries_ino ON dentries(ino);"
 	"CREATE TABLE xattrs(ino INTEGER NOT NULL, name TEXT NOT NULL,"
-	" value BLOB NOT NULL, PRIMARY KEY(ino, name));";
+	" value BLOB NOT NULL, PRIMARY KEY(ino, name));"
+	/* S3 deletions owed, written with the unlink that made them */
+	"CREATE TABLE outbox(id INTEGER PRIMARY KEY AUTOINCREMENT,"
+	" key TEXT NOT NULL);"
+	"CREATE INDEX outbox_key ON outbox(key);";
 
 struct meta {
 	pthread_mutex_t lock; /* lock order root; guards everything below */
@@ -1731,6 +1743,87 @@ int meta_path_nth(struct meta *m, uint64_t ino, unsigned n, char **path)
 	return rc;
 }
 
+/* Runs one outbox statement with a text or integer argument. */
+static int outbox_run(struct meta *m, enum stmt which, const char *key,
+		      uint64_t id)
+{
+	sqlite3_stmt *st = m->st[which];
+	int b = key ? bind_text(st, 1, key, strlen(key)) : bind_u64(st, 1, id);
+	if (b != SQLITE_OK)
+		return db_bind_failed(m, st);
+	return db_run(m, st);
+}
+
+ssize_t meta_outbox_peek(struct meta *m, size_t max, uint64_t *ids, char **keys)
+{
+	size_t n = 0;
+	int rc = 0;
+	lock(m);
+	sqlite3_stmt *st = m->st[ST_OUTBOX_PEEK];
+	if (bind_u64(st, 1, max) != SQLITE_OK) {
+		rc = db_bind_failed(m, st);
+		unlock(m);
+		return rc;
+	}
+	while (n < max) {
+		int step = sqlite3_step(st);
+		if (step == SQLITE_DONE)
+			break;
+		if (step != SQLITE_ROW) {
+			rc = errno_of(step);
+			break;
+		}
+		const unsigned char *k = sqlite3_column_text(st, 1);
+		ids[n] = (uint64_t)sqlite3_column_int64(st, 0);
+		keys[n] = strdup(k ? (const char *)k : "");
+		if (!keys[n]) {
+			rc = -ENOMEM;
+			break;
+		}
+		n++;
+	}
+	sqlite3_reset(st);
+	unlock(m);
+	if (rc) {
+		for (size_t i = 0; i < n; i++)
+			free(keys[i]);
+		return rc;
+	}
+	return (ssize_t)n;
+}
+
+/* One outbox change in its own savepoint, like every other change. */
+static int outbox_change(struct meta *m, enum stmt which, const char *key,
+			 const uint64_t *ids, size_t n)
+{
+	struct op op;
+	lock(m);
+	int rc = op_begin(m, &op);
+	if (rc) {
+		unlock(m);
+		return rc;
+	}
+	if (key)
+		rc = outbox_run(m, which, key, 0);
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = outbox_run(m, which, NULL, ids[i]);
+	rc = op_end(m, &op, rc);
+	if (!rc)
+		op_done(m, &op);
+	unlock(m);
+	return rc;
+}
+
+int meta_outbox_done(struct meta *m, const uint64_t *ids, size_t n)
+{
+	return outbox_change(m, ST_OUTBOX_DEL_ID, NULL, ids, n);
+}
+
+int meta_outbox_cancel(struct meta *m, const char *key)
+{
+	return outbox_change(m, ST_OUTBOX_DEL_KEY, key, NULL, 0);
+}
+
 struct dirty_scan {
 	uint64_t *inos;
 	size_t n, cap;
@@ -2005,6 +2098,12 @@ static void drop_name(struct op *op, struct inode *in, struct inode *dir)
 int meta_unlink(struct meta *m, uint64_t parent, const char *name, int want_dir,
 		uint64_t *ino_out)
 {
+	return meta_unlink_queue(m, parent, name, want_dir, NULL, ino_out);
+}
+
+int meta_unlink_queue(struct meta *m, uint64_t parent, const char *name,
+		      int want_dir, const char *key, uint64_t *ino_out)
+{
 	size_t len = 0;
 	int rc = name_check(name, &len);
 	if (rc)
@@ -2037,6 +2136,8 @@ int meta_unlink(struct meta *m, uint64_t parent, const char *name, int want_dir,
 	op_touch(&op, dir);
 	dir->a.mtime = dir->a.ctime = op.now;
 	rc = db_dentry(m, ST_DENTRY_DEL, parent, name, len, 0, 0);
+	if (!rc && key)
+		rc = outbox_run(m, ST_OUTBOX_INS, key, 0);
 	if (!rc)
 		rc = op_write(m, &op);
 	rc = op_end(m, &op, rc);

@@ -101,6 +101,21 @@ int meta_link(struct meta *m, uint64_t ino, uint64_t parent, const char *name,
  * reference (unlink while open). */
 int meta_unlink(struct meta *m, uint64_t parent, const char *name, int want_dir,
 		uint64_t *ino_out);
+/* meta_unlink() that, in the same transaction, queues key (the name's S3
+ * object) in the outbox of deletions S3 is still owed, so a crash can
+ * neither lose the deletion nor keep it without the unlink. key NULL:
+ * plain meta_unlink(). */
+int meta_unlink_queue(struct meta *m, uint64_t parent, const char *name,
+		      int want_dir, const char *key, uint64_t *ino_out);
+/* Up to max queued deletions, oldest first, into ids[] and keys[] (keys
+ * malloc'ed, the caller frees). Returns how many, or -errno. */
+ssize_t meta_outbox_peek(struct meta *m, size_t max, uint64_t *ids,
+			 char **keys);
+/* Drops the entries with these ids: S3 has done them. */
+int meta_outbox_done(struct meta *m, const uint64_t *ids, size_t n);
+/* Drops every queued deletion of key: a new object is about to be
+ * written there, and a late deletion would destroy it. */
+int meta_outbox_cancel(struct meta *m, const char *key);
 /* rename(2) semantics: replaces a compatible destination (file over file,
  * empty directory over directory), -EINVAL when moving a directory into
  * itself or a descendant; flags are RENAME_NOREPLACE / RENAME_EXCHANGE.

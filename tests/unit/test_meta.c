@@ -1458,6 +1458,46 @@ static void test_path_nth_names_every_hard_link(void **state)
 	assert_int_equal(meta_path_nth(f->m, ROOT, 1, &p), -ENOENT);
 }
 
+static void test_outbox_queues_deletions_with_the_unlink(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ids[8], ino;
+	char *keys[8];
+	mkfile(f->m, ROOT, "a");
+	mkfile(f->m, ROOT, "b");
+	mkfile(f->m, ROOT, "c");
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "a", 0, "vol/a", &ino),
+			 0);
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "b", 0, "vol/b", &ino),
+			 0);
+	/* a failed unlink queues nothing */
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "zz", 0, "vol/zz", &ino),
+			 -ENOENT);
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "c", 0, "vol/c", &ino),
+			 0);
+	assert_int_equal(meta_commit(f->m), 0);
+	meta_close(f->m);
+	f->m = open_store(f, 0);
+	/* oldest first, and after a reopen */
+	assert_int_equal(meta_outbox_peek(f->m, 8, ids, keys), 3);
+	assert_string_equal(keys[0], "vol/a");
+	assert_string_equal(keys[1], "vol/b");
+	assert_string_equal(keys[2], "vol/c");
+	for (int i = 0; i < 3; i++)
+		free(keys[i]);
+	assert_int_equal(meta_outbox_peek(f->m, 1, ids, keys), 1);
+	free(keys[0]);
+	assert_int_equal(meta_outbox_done(f->m, ids, 1), 0);
+	/* a new object at vol/c cancels its pending deletion */
+	assert_int_equal(meta_outbox_cancel(f->m, "vol/c"), 0);
+	assert_int_equal(meta_outbox_peek(f->m, 8, ids, keys), 1);
+	assert_string_equal(keys[0], "vol/b");
+	free(keys[0]);
+	assert_int_equal(meta_outbox_done(f->m, ids, 1), 0);
+	assert_int_equal(meta_outbox_peek(f->m, 8, ids, keys), 0);
+	assert_int_equal(meta_check(f->m), 0);
+}
+
 static void test_dirty_list_survives_reopen(void **state)
 {
 	struct fixture *f = *state;
@@ -2002,6 +2042,7 @@ int main(void)
 		T(test_path_nth_names_every_hard_link),
 		T(test_lookup_ref_keeps_an_unlinked_inode_alive),
 		T(test_dirty_list_survives_reopen),
+		T(test_outbox_queues_deletions_with_the_unlink),
 		T(test_clear_dirty_only_when_change_seq_is_unchanged),
 		T(test_every_change_bumps_change_seq),
 		T(test_etag_roundtrip_and_short_buffer),
