@@ -262,6 +262,37 @@ static int load_xattrs(struct fs *fs, uint64_t ino, struct layout_xattr **out,
 	return 0;
 }
 
+/* --- the outbox of deletions ---------------------------------------------- */
+
+/* Sends every queued deletion to S3 in DeleteObjects batches. The caller
+ * holds sync_lock, so no upload can land between a deletion's peek and
+ * its request (uploads cancel pending deletions of their key first). */
+static int drain_outbox(struct fs *fs)
+{
+	uint64_t ids[S3_MAX_DELETE_BATCH];
+	char *keys[S3_MAX_DELETE_BATCH];
+	for (;;) {
+		struct s3_error e;
+		ssize_t n = meta_outbox_peek(fs->meta, S3_MAX_DELETE_BATCH, ids,
+					     keys);
+		if (n <= 0)
+			return (int)n;
+		int rc = s3_delete_objects(fs->s3, fs->bucket,
+					   (const char *const *)keys, (size_t)n,
+					   &e);
+		if (rc)
+			fs_log("deleting %zd objects failed: %s: %s; will "
+			       "retry",
+			       n, e.code, e.message);
+		else
+			rc = meta_outbox_done(fs->meta, ids, (size_t)n);
+		for (ssize_t i = 0; i < n; i++)
+			free(keys[i]);
+		if (rc)
+			return rc;
+	}
+}
+
 /* --- uploading one inode -------------------------------------------------- */
 
 static int upload_file(struct fs *fs, uint64_t ino, const char *key,
@@ -310,6 +341,8 @@ static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
 		if (!rc)
 			rc = layout_key(fs->prefix, path, 0, &key);
 		if (!rc)
+			rc = meta_outbox_cancel(fs->meta, key);
+		if (!rc)
 			rc = s3_copy_object(fs->s3, fs->bucket, key0,
 					    fs->bucket, key, S3_METADATA_COPY,
 					    NULL, NULL, &e);
@@ -356,6 +389,12 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	if (rc)
 		goto out;
 	struct s3_put_opts o = {h.content_type, h.meta, h.nmeta};
+	/* a deletion still queued for this key would destroy what we write */
+	rc = meta_outbox_cancel(fs->meta, key);
+	if (rc) {
+		layout_headers_free(&h);
+		goto out;
+	}
 	if (S_ISREG(a.mode)) {
 		char old[S3_ETAG_MAX];
 		meta_get_etag(fs->meta, ino, old, sizeof(old));
@@ -389,9 +428,20 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	}
 	if (etag[0])
 		meta_set_etag(fs->meta, ino, etag);
-	meta_clear_dirty(fs->meta, ino,
-			 META_DIRTY_DATA | META_DIRTY_ATTR | META_DIRTY_NAME,
-			 seq);
+	/* renamed or unlinked while we uploaded? then nothing may stay at
+	 * the old key (the new name is dirty and uploads on its own) */
+	char *now_path = NULL;
+	if (meta_path(fs->meta, ino, &now_path) != 0 ||
+	    strcmp(now_path, path) != 0) {
+		struct s3_error de;
+		s3_delete_object(fs->s3, fs->bucket, key, &de);
+	} else {
+		meta_clear_dirty(fs->meta, ino,
+				 META_DIRTY_DATA | META_DIRTY_ATTR |
+					 META_DIRTY_NAME,
+				 seq);
+	}
+	free(now_path);
 out:
 	pthread_mutex_unlock(&fs->sync_lock);
 	layout_xattrs_free(x, nx);
@@ -419,9 +469,14 @@ static int sync_list(struct fs *fs, const uint64_t *inos, size_t n)
 int fs_flush_all(struct fs *fs)
 {
 	size_t n;
+	pthread_mutex_lock(&fs->sync_lock);
+	int rc = drain_outbox(fs);
+	pthread_mutex_unlock(&fs->sync_lock);
 	uint64_t *inos = take_due(fs, UINT64_MAX, &n);
-	int rc = sync_list(fs, inos, n);
+	int rc2 = sync_list(fs, inos, n);
 	free(inos);
+	if (!rc)
+		rc = rc2;
 	if (rc == 0)
 		rc = meta_commit(fs->meta);
 	return rc;
@@ -444,6 +499,9 @@ static void *flusher_main(void *arg)
 			break;
 		pthread_mutex_unlock(&fs->lock);
 		size_t n;
+		pthread_mutex_lock(&fs->sync_lock);
+		drain_outbox(fs);
+		pthread_mutex_unlock(&fs->sync_lock);
 		uint64_t *inos = take_due(fs, now_ms(), &n);
 		sync_list(fs, inos, n);
 		free(inos);
@@ -702,9 +760,8 @@ static int load_object(struct load *l, const struct s3_list_entry *le)
 	if (!rc && S_ISDIR(in.mode))
 		remember_dir(l, a.ino, &in);
 	if (!rc) {
-		/* a file's contents are already in S3 */
-		if (S_ISREG(in.mode))
-			meta_set_etag(fs->meta, a.ino, le->etag);
+		/* its object is in S3 (an unlink must delete it) */
+		meta_set_etag(fs->meta, a.ino, le->etag);
 		rc = settle(fs, a.ino,
 			    S_ISREG(in.mode) ? META_SET_SIZE | META_SET_MTIME |
 						       META_SET_CTIME
@@ -1049,39 +1106,33 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 	reply_new_node(req, rc, &a);
 }
 
-/* Deletes key from S3 (a name that no longer exists). */
-static int delete_key(struct fs *fs, const char *path, int is_dir)
-{
-	char *key;
-	struct s3_error e;
-	int rc = layout_key(fs->prefix, path, is_dir, &key);
-	if (rc)
-		return rc;
-	rc = s3_delete_object(fs->s3, fs->bucket, key, &e);
-	if (rc)
-		fs_log("delete of '%s' failed: %s: %s", key, e.code, e.message);
-	free(key);
-	return rc;
-}
-
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 			int want_dir)
 {
 	struct fs *fs = FS(req);
-	char *path = NULL;
+	char *path = NULL, etag[S3_ETAG_MAX] = "";
+	struct meta_attr a;
 	uint64_t ino;
 	int rc = fs->cfg.read_only ? -EROFS : check_name(name);
 	if (!rc)
 		rc = child_path(fs, parent, name, &path);
 	if (!rc)
-		rc = meta_unlink(fs->meta, parent, name, want_dir, &ino);
-	if (!rc) {
+		rc = meta_lookup(fs->meta, parent, name, &a);
+	if (!rc)
+		meta_get_etag(fs->meta, a.ino, etag, sizeof(etag));
+	/* A name never uploaded has no object; an upload racing with us
+	 * deletes its own object when it finds the name gone (sync_inode).
+	 * Otherwise the deletion goes into the outbox with the unlink, in one
+	 * transaction, and the flusher sends it in a batch. */
+	char *key = NULL;
+	if (!rc && etag[0])
+		rc = layout_key(fs->prefix, path, want_dir, &key);
+	if (!rc)
+		rc = meta_unlink_queue(fs->meta, parent, name, want_dir, key,
+				       &ino);
+	if (!rc)
 		mark_dirty(fs, parent, META_DIRTY_ATTR);
-		/* the name is gone here; S3 follows now (step 1) */
-		rc = delete_key(fs, path, want_dir);
-		if (!rc)
-			rc = meta_commit(fs->meta);
-	}
+	free(key);
 	free(path);
 	fuse_reply_err(req, -rc);
 }
@@ -1114,9 +1165,11 @@ static int copy_page(void *ctx, const struct s3_list_page *p)
 		struct s3_error e;
 		if (asprintf(&neu, "%s%s", m->new_prefix, old + m->old_len) < 0)
 			return -ENOMEM;
-		m->rc = s3_copy_object(m->fs->s3, m->fs->bucket, old,
-				       m->fs->bucket, neu, S3_METADATA_COPY,
-				       NULL, NULL, &e);
+		m->rc = meta_outbox_cancel(m->fs->meta, neu);
+		if (!m->rc)
+			m->rc = s3_copy_object(
+				m->fs->s3, m->fs->bucket, old, m->fs->bucket,
+				neu, S3_METADATA_COPY, NULL, NULL, &e);
 		free(neu);
 		if (m->rc)
 			break;
@@ -1179,6 +1232,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = child_path(fs, parent, name, &old_path);
 	if (!rc)
 		rc = child_path(fs, newparent, newname, &new_path);
+	/* S3 must show the queued deletions before we copy what it lists,
+	 * and no flush may interleave with the copies */
+	pthread_mutex_lock(&fs->sync_lock);
+	if (!rc)
+		rc = drain_outbox(fs);
 	/* S3 first, additive only: copies of what is already there */
 	if (!rc && S_ISDIR(a.mode)) {
 		rc = copy_tree(fs, old_path, new_path, &m);
@@ -1188,6 +1246,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = layout_key(fs->prefix, old_path, 0, &old_key);
 		if (!rc)
 			rc = layout_key(fs->prefix, new_path, 0, &new_key);
+		if (!rc)
+			rc = meta_outbox_cancel(fs->meta, new_key);
 		if (!rc && etag[0]) {
 			rc = s3_copy_object(fs->s3, fs->bucket, old_key,
 					    fs->bucket, new_key,
@@ -1213,8 +1273,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 					  NULL);
 		if (S_ISREG(a.mode))
 			mark_dirty(fs, a.ino, META_DIRTY_NAME);
-		rc = meta_commit(fs->meta);
 	}
+	pthread_mutex_unlock(&fs->sync_lock);
 	for (size_t i = 0; i < m.ndone; i++)
 		free(m.done[i]);
 	free(m.done);

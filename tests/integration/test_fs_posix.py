@@ -456,6 +456,70 @@ def test_cache_size_limit_evicts_clean_data_and_rereads_it(volume, s3, tmp_path)
         assert m.unmount() == 0, m.output()
 
 
+def test_1gib_file_with_random_writes_matches_in_s3_after_unmount(
+        volume, s3, tmp_path):
+    import random
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
+              "--upload-delay", "600s")
+    size = 1 << 30
+    rnd = random.Random(42)
+    want = hashlib.md5()
+    try:
+        p = Path(m.mountpoint) / "big.bin"
+        block = os.urandom(1 << 20)
+        with open(p, "wb") as f:
+            for _ in range(size >> 20):
+                f.write(block)
+        # 200 random 4 KiB writes over the whole file
+        patches = {}
+        with open(p, "r+b") as f:
+            for _ in range(200):
+                off = rnd.randrange(0, size - 4096) & ~4095
+                data = os.urandom(4096)
+                f.seek(off)
+                f.write(data)
+                patches[off] = data
+        for off in range(0, size, 1 << 20):
+            chunk = bytearray(block)
+            for p_off, data in patches.items():
+                if off <= p_off < off + (1 << 20):
+                    chunk[p_off - off:p_off - off + 4096] = data
+            want.update(chunk)
+    finally:
+        assert m.unmount(timeout=600) == 0, m.output()
+    got = hashlib.md5()
+    stream = s3.get_object(Bucket=BUCKET, Key=f"{prefix}/big.bin")["Body"]
+    for chunk in iter(lambda: stream.read(1 << 20), b""):
+        got.update(chunk)
+    assert got.hexdigest() == want.hexdigest()
+
+
+def test_tar_extract_du_and_rm_rf_of_many_files(mount, tmp_path):
+    import tarfile
+    src = tmp_path / "tree.tar"
+    n = 10_000
+    with tarfile.open(src, "w") as tar:
+        for i in range(n):
+            info = tarfile.TarInfo(f"pkg/d{i % 100:02d}/f{i:05d}.txt")
+            data = f"file {i}\n".encode()
+            info.size = len(data)
+            info.mtime = 1_600_000_000 + i
+            import io
+            tar.addfile(info, io.BytesIO(data))
+    subprocess.run(["tar", "xf", str(src), "-C", mount.mountpoint], check=True)
+    count = sum(len(f) for _, _, f in os.walk(Path(mount.mountpoint) / "pkg"))
+    assert count == n
+    assert os.stat(Path(mount.mountpoint) / "pkg" / "d07" / "f00107.txt").st_mtime == \
+        1_600_000_000 + 107
+    du = subprocess.run(["du", "-s", "--apparent-size", "-B1",
+                         str(Path(mount.mountpoint) / "pkg")],
+                        capture_output=True, text=True, check=True)
+    assert int(du.stdout.split()[0]) >= sum(len(f"file {i}\n") for i in range(n))
+    subprocess.run(["rm", "-rf", str(Path(mount.mountpoint) / "pkg")], check=True)
+    assert os.listdir(mount.mountpoint) == []
+
+
 # --- real tools -----------------------------------------------------------------------
 
 
