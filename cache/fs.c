@@ -53,12 +53,19 @@ struct fs {
 	pthread_t flusher;
 
 	pthread_mutex_t sync_lock; /* one upload at a time (step 1) */
+
+	/* open files; a session can end with RELEASEs never delivered, and
+	 * fs_destroy() closes what is left */
+	struct handle *handles; /* protected by lock */
 };
 
 struct handle {
 	uint64_t ino;
-	struct data_file *df; /* a data cache reference */
+	struct data_file *df;	    /* a data cache reference */
+	struct handle *prev, *next; /* in fs->handles; protected by fs->lock */
 };
+
+static void close_handle(struct fs *fs, struct handle *h);
 
 static uint64_t now_ms(void)
 {
@@ -599,6 +606,8 @@ int fs_destroy(struct fs *fs)
 	pthread_mutex_unlock(&fs->lock);
 	pthread_join(fs->flusher, NULL);
 	int rc = fs_flush_all(fs);
+	while (fs->handles) /* RELEASEs the session never delivered */
+		close_handle(fs, fs->handles);
 	data_close(fs->data);
 	pthread_cond_destroy(&fs->wake);
 	pthread_mutex_destroy(&fs->sync_lock);
@@ -1314,9 +1323,29 @@ static int open_handle(struct fs *fs, uint64_t ino, struct fuse_file_info *fi)
 		return rc;
 	}
 	h->ino = ino;
+	pthread_mutex_lock(&fs->lock);
+	h->next = fs->handles;
+	if (h->next)
+		h->next->prev = h;
+	fs->handles = h;
+	pthread_mutex_unlock(&fs->lock);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->keep_cache = 1; /* one writer: the page cache stays valid */
 	return 0;
+}
+
+static void close_handle(struct fs *fs, struct handle *h)
+{
+	pthread_mutex_lock(&fs->lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&fs->lock);
+	data_put(h->df);
+	free(h);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1352,9 +1381,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fill_entry(fs, &a, &e);
 	meta_ref(fs->meta, a.ino, 1);
 	if (fuse_reply_create(req, &e, fi) != 0) {
-		struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-		data_put(h->df);
-		free(h);
+		close_handle(fs, (struct handle *)(uintptr_t)fi->fh);
 		forget_one(fs, a.ino, 1);
 	}
 }
@@ -1413,10 +1440,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
 	(void)ino;
-	data_put(h->df);
-	free(h);
+	close_handle(FS(req), (struct handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

@@ -16,6 +16,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,7 +402,10 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	rc = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
 	fuse_session_unmount(se);
-	status = rc == 0 ? 0 : 1;
+	/* libfuse reports the signal that ended the loop (SIGTERM, SIGINT,
+	 * SIGHUP): that is a clean stop, like an unmount */
+	status = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0
+									  : 1;
 out_signals:
 	fuse_remove_signal_handlers(se);
 out:
