@@ -8,7 +8,7 @@
  *   CLEAN --write/setattr/xattr/create--> DIRTY (meta flag + dirty set)
  *   DIRTY --upload_delay passes, or fsync--> SYNCING --ok--> CLEAN
  *   SYNCING --write meanwhile--> stays DIRTY (change seq / dirty snapshot)
- *   SYNCING --S3 error--> DIRTY, retried on the next tick
+ *   SYNCING --S3 error--> DIRTY, requeued and retried upload_delay_ms later
  */
 #include "fs.h"
 
@@ -465,7 +465,8 @@ static int sync_list(struct fs *fs, const uint64_t *inos, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		int rc = sync_inode(fs, inos[i]);
 		if (rc) {
-			mark_dirty(fs, inos[i], 0);
+			/* its flags are still set in meta: requeue only */
+			dirty_add(fs, inos[i], now_ms(), 0);
 			if (!first)
 				first = rc;
 		}
@@ -1465,7 +1466,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	if (!rc)
 		rc = meta_commit(fs->meta);
 	if (rc)
-		mark_dirty(fs, ino, 0);
+		dirty_add(fs, ino, now_ms(), 0);
 	fuse_reply_err(req, -rc);
 }
 
