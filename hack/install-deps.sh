@@ -15,6 +15,10 @@ PACKAGES=(
 	# tests, demo and benchmarks (git, openssl and procps are used by them;
 	# a minimal Debian image lacks them)
 	python3 python3-pytest python3-grpcio python3-boto3 fio
+	# a venv on the mount with an offline pip install (test_fs_tools.py):
+	# venv bundles pip and setuptools wheels; building a local package also
+	# needs the wheel wheel in /usr/share/python-wheels
+	python3-venv python3-wheel-whl
 	git openssl procps util-linux
 	# the local S3: OpenStack Swift with s3api, plus memcached
 	swift swift-proxy swift-account swift-container swift-object memcached

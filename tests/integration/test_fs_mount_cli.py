@@ -3,20 +3,13 @@
 import os
 import stat
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+from s3util import BUCKET, skip_unless_s3
+from tierfs_mount import TIERFS, is_mounted
 
-from tierfs_mount import TIERFS, is_mounted  # noqa: E402
-
-if not os.environ.get("AWS_ENDPOINT_URL"):
-    pytest.skip("AWS_ENDPOINT_URL is not set", allow_module_level=True)
-
-BUCKET = os.environ.get("TIERFS_TEST_BUCKET", "tierfs-it")
+skip_unless_s3(fuse=False)  # most tests mount nothing: they must refuse first
 
 
 def run(*args, env=None):

@@ -1,9 +1,10 @@
 """test_fs_posix.py: a real tierfs FUSE mount over the local S3: POSIX semantics and the S3 layout.
 
-Each test mounts a fresh volume (its own prefix and cache dir) in the
-foreground, works in it, and checks the results in the mount and, where
-the test says so, in S3 through boto3. Run under `eval "$(hack/s3-local.sh
-env)"`; skipped without AWS_ENDPOINT_URL or /dev/fuse.
+Each test mounts a fresh volume (its own prefix and cache dir; the
+fixtures are in conftest.py) in the foreground, works in it, and checks
+the results in the mount and, where the test says so, in S3 through
+boto3. Run under `eval "$(hack/s3-local.sh env)"`; skipped without
+AWS_ENDPOINT_URL or /dev/fuse.
 """
 
 import errno
@@ -13,76 +14,15 @@ import shutil
 import sqlite3
 import stat
 import subprocess
-import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+from s3util import BUCKET, body, head, skip_unless_s3
+from tierfs_mount import Mount
 
-from tierfs_mount import Mount  # noqa: E402
-
-if not os.environ.get("AWS_ENDPOINT_URL"):
-    pytest.skip("AWS_ENDPOINT_URL is not set: run under "
-                '`eval "$(hack/s3-local.sh env)"`', allow_module_level=True)
-if not os.path.exists("/dev/fuse"):
-    pytest.skip("no /dev/fuse", allow_module_level=True)
-
-import boto3  # noqa: E402
-
-BUCKET = os.environ.get("TIERFS_TEST_BUCKET", "tierfs-it")
-RUN = uuid.uuid4().hex[:8]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    c = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    try:
-        c.create_bucket(Bucket=BUCKET)
-    except c.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    except c.exceptions.BucketAlreadyExists:
-        pass
-    return c
-
-
-@pytest.fixture
-def volume(request, s3, tmp_path):
-    """A fresh prefix; yields (s3://bucket/prefix, prefix); deletes it after."""
-    prefix = f"fs-{RUN}/{request.node.name[:60]}"
-    yield f"s3://{BUCKET}/{prefix}", prefix
-    paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=BUCKET, Prefix=prefix + "/"):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
-
-
-@pytest.fixture
-def mount(volume, tmp_path):
-    """A mounted fresh volume; yields the Mount; unmounts after."""
-    url, _ = volume
-    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
-              "--upload-delay", "200ms", "--capacity", "64M",
-              "--uid", "1000", "--gid", "100")
-    yield m
-    rc = m.unmount()
-    assert rc == 0, m.output()
-
-
-def head(s3, key):
-    return s3.head_object(Bucket=BUCKET, Key=key)
-
-
-def body(s3, key):
-    return s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
-
-
-def md5(data):
-    return hashlib.md5(data).hexdigest()
+skip_unless_s3(fuse=True)
 
 
 # --- files -------------------------------------------------------------------------

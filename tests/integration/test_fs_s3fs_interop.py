@@ -7,42 +7,15 @@ without AWS_ENDPOINT_URL, /dev/fuse or s3fs.
 """
 
 import os
-import shutil
 import stat
 import subprocess
-import sys
 import time
-import uuid
 from pathlib import Path
 
-import pytest
+from s3util import BUCKET, skip_unless_s3
+from tierfs_mount import Mount, is_mounted
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-
-from tierfs_mount import Mount, is_mounted  # noqa: E402
-
-if not os.environ.get("AWS_ENDPOINT_URL"):
-    pytest.skip("AWS_ENDPOINT_URL is not set", allow_module_level=True)
-if not shutil.which("s3fs") or not os.path.exists("/dev/fuse"):
-    pytest.skip("needs s3fs and /dev/fuse", allow_module_level=True)
-
-import boto3  # noqa: E402
-
-BUCKET = os.environ.get("TIERFS_TEST_BUCKET", "tierfs-it")
-RUN = uuid.uuid4().hex[:8]
-
-
-@pytest.fixture
-def prefix():
-    p = f"interop-{RUN}-{uuid.uuid4().hex[:6]}"
-    yield p
-    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET,
-                                                             Prefix=p + "/"):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
+skip_unless_s3(fuse=True, tools=("s3fs",))
 
 
 class S3fs:
@@ -72,9 +45,14 @@ class S3fs:
 
 
 def tree(root):
-    """{relative path: (type and mode, uid, gid, size, mtime s, content or target)}"""
+    """{relative path: (type and mode, uid, gid, size, mtime s, content or target)}
+
+    Leaves out PREFIX/.tierfs/, tierfs's volume-private data (DESIGN §4):
+    s3fs shows it, tierfs hides it, and it is not part of the user's tree."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root and ".tierfs" in dirnames:
+            dirnames.remove(".tierfs")
         for n in dirnames + filenames:
             full = os.path.join(dirpath, n)
             st = os.lstat(full)
@@ -104,8 +82,8 @@ def populate(root):
     os.utime(root / "docs" / "b.bin", (1_600_000_000, 1_650_000_000))
 
 
-def test_s3fs_sees_what_tierfs_wrote(prefix, tmp_path):
-    url = f"s3://{BUCKET}/{prefix}"
+def test_s3fs_sees_what_tierfs_wrote(volume, tmp_path):
+    url, prefix = volume
     m = Mount(url, str(tmp_path / "t"), str(tmp_path / "cache"))
     try:
         populate(m.mountpoint)
@@ -120,14 +98,14 @@ def test_s3fs_sees_what_tierfs_wrote(prefix, tmp_path):
     assert got == want
 
 
-def test_tierfs_sees_what_s3fs_wrote(prefix, tmp_path):
+def test_tierfs_sees_what_s3fs_wrote(volume, tmp_path):
+    url, prefix = volume
     s = S3fs(prefix, str(tmp_path / "s"))
     try:
         populate(s.mountpoint)
         want = tree(s.mountpoint)
     finally:
         s.unmount()
-    url = f"s3://{BUCKET}/{prefix}"
     m = Mount(url, str(tmp_path / "t"), str(tmp_path / "cache"))
     try:
         got = tree(m.mountpoint)
