@@ -74,6 +74,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -173,6 +174,7 @@ enum stmt {
 	ST_OUTBOX_DEL_ID,
 	ST_OUTBOX_DEL_KEY,
 	ST_OUTBOX_PEEK,
+	ST_OUTBOX_HAS,
 	ST_COUNT
 };
 
@@ -206,6 +208,7 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_OUTBOX_DEL_ID] = "DELETE FROM outbox WHERE id = ?1",
 	[ST_OUTBOX_DEL_KEY] = "DELETE FROM outbox WHERE key = ?1",
 	[ST_OUTBOX_PEEK] = "SELECT id, key FROM outbox ORDER BY id LIMIT ?1",
+	[ST_OUTBOX_HAS] = "SELECT 1 FROM outbox WHERE key = ?1 LIMIT 1",
 };
 
 static const char schema_sql[] =
@@ -1593,6 +1596,122 @@ int meta_commit(struct meta *m)
 	return rc;
 }
 
+/* ---- snapshots ------------------------------------------------------------
+ */
+
+uint64_t meta_changes(struct meta *m)
+{
+	lock(m);
+	uint64_t n = (uint64_t)sqlite3_total_changes64(m->db);
+	unlock(m);
+	return n;
+}
+
+/* Runs sql on a connection of its own: one statement with one text
+ * parameter, or (arg NULL) any number of statements. */
+static int side_exec(sqlite3 *db, const char *sql, const char *arg)
+{
+	sqlite3_stmt *st = NULL;
+	if (!arg) {
+		int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+		if (rc != SQLITE_OK)
+			meta_log("'%s': %s", sql, sqlite3_errmsg(db));
+		return rc == SQLITE_OK ? 0 : errno_of(rc);
+	}
+	int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+	if (rc == SQLITE_OK) {
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+			;
+		if (rc == SQLITE_DONE)
+			rc = SQLITE_OK;
+	}
+	if (rc != SQLITE_OK)
+		meta_log("'%s': %s", sql, sqlite3_errmsg(db));
+	sqlite3_finalize(st);
+	return rc == SQLITE_OK ? 0 : errno_of(rc);
+}
+
+int meta_snapshot(struct meta *m, const char *path)
+{
+	sqlite3 *db = NULL;
+	lock(m);
+	int rc = txn_commit(m, 0);
+	unlock(m);
+	if (rc)
+		return rc;
+	/* a reader of its own sees the last commit and never blocks the
+	 * writer (WAL), so the mount goes on while the copy is made */
+	if (unlink(path) != 0 && errno != ENOENT)
+		return -errno;
+	int src = sqlite3_open_v2(
+		m->path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+	if (src != SQLITE_OK) {
+		meta_log("%s: snapshot: %s", m->path,
+			 db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
+		rc = errno_of(src);
+	} else {
+		sqlite3_busy_timeout(db, META_BUSY_TIMEOUT_MS);
+		rc = side_exec(db, "VACUUM INTO ?1", path);
+	}
+	sqlite3_close(db);
+	if (rc)
+		unlink(path);
+	return rc;
+}
+
+int meta_snapshot_adopt(const char *path)
+{
+	sqlite3 *db = NULL;
+	int64_t v = 0;
+	int rc = sqlite3_open_v2(
+		path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		meta_log("%s: %s", path,
+			 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+		sqlite3_close(db);
+		return -EINVAL;
+	}
+	/* the file came from the bucket: nothing in it runs as code */
+	rc = side_exec(db, "PRAGMA trusted_schema=OFF", NULL);
+	sqlite3_stmt *st = NULL;
+	if (!rc &&
+	    sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL) ==
+		    SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW) {
+		const unsigned char *ok = sqlite3_column_text(st, 0);
+		if (!ok || strcmp((const char *)ok, "ok") != 0)
+			rc = -EINVAL;
+	} else if (!rc) {
+		rc = -EINVAL;
+	}
+	sqlite3_finalize(st);
+	st = NULL;
+	if (!rc && (sqlite3_prepare_v2(db, "PRAGMA application_id", -1, &st,
+				       NULL) != SQLITE_OK ||
+		    sqlite3_step(st) != SQLITE_ROW ||
+		    (v = sqlite3_column_int64(st, 0)) != META_APP_ID))
+		rc = -EINVAL;
+	sqlite3_finalize(st);
+	/* What the writer had not uploaded is not in S3: its dirty flags
+	 * mean nothing here, and a cleared ETag makes the reconciliation
+	 * compare such an inode with S3 instead of trusting it. Deletions it
+	 * owed are forgotten: the objects are still listed, so they show. */
+	if (!rc)
+		rc = side_exec(db,
+			       "BEGIN;"
+			       "UPDATE inodes SET etag = NULL WHERE dirty <> 0;"
+			       "UPDATE inodes SET dirty = 0;"
+			       "DELETE FROM outbox;"
+			       "COMMIT",
+			       NULL);
+	if (rc)
+		meta_log("%s: not a usable tierfs index snapshot", path);
+	sqlite3_close(db);
+	return rc ? -EINVAL : 0;
+}
+
 /* ---- reads -------------------------------------------------------------- */
 
 static int lookup(struct meta *m, uint64_t parent, const char *name,
@@ -1754,6 +1873,24 @@ static int outbox_run(struct meta *m, enum stmt which, const char *key,
 	return db_run(m, st);
 }
 
+int meta_outbox_has(struct meta *m, const char *key)
+{
+	lock(m);
+	sqlite3_stmt *st = m->st[ST_OUTBOX_HAS];
+	int rc = bind_text(st, 1, key, strlen(key));
+	if (rc != SQLITE_OK) {
+		rc = db_bind_failed(m, st);
+	} else {
+		rc = sqlite3_step(st);
+		rc = rc == SQLITE_ROW	 ? 1
+		     : rc == SQLITE_DONE ? 0
+					 : errno_of(rc);
+		sqlite3_reset(st);
+	}
+	unlock(m);
+	return rc;
+}
+
 ssize_t meta_outbox_peek(struct meta *m, size_t max, uint64_t *ids, char **keys)
 {
 	size_t n = 0;
@@ -1807,6 +1944,24 @@ static int outbox_change(struct meta *m, enum stmt which, const char *key,
 		rc = outbox_run(m, which, key, 0);
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = outbox_run(m, which, NULL, ids[i]);
+	rc = op_end(m, &op, rc);
+	if (!rc)
+		op_done(m, &op);
+	unlock(m);
+	return rc;
+}
+
+int meta_outbox_add(struct meta *m, const char *const *keys, size_t n)
+{
+	struct op op;
+	lock(m);
+	int rc = op_begin(m, &op);
+	if (rc) {
+		unlock(m);
+		return rc;
+	}
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = outbox_run(m, ST_OUTBOX_INS, keys[i], 0);
 	rc = op_end(m, &op, rc);
 	if (!rc)
 		op_done(m, &op);
@@ -2323,6 +2478,12 @@ int meta_rename(struct meta *m, uint64_t parent, const char *name,
 int meta_setattr(struct meta *m, uint64_t ino, unsigned mask,
 		 const struct meta_attr *attr, struct meta_attr *out)
 {
+	return meta_setattr_if(m, ino, UINT64_MAX, mask, attr, out);
+}
+
+int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
+		    const struct meta_attr *attr, struct meta_attr *out)
+{
 	const unsigned known = META_SET_MODE | META_SET_UID | META_SET_GID |
 			       META_SET_SIZE | META_SET_ATIME | META_SET_MTIME |
 			       META_SET_CTIME;
@@ -2336,6 +2497,8 @@ int meta_setattr(struct meta *m, uint64_t ino, unsigned mask,
 	int rc = 0;
 	if (!in)
 		rc = -ENOENT;
+	else if (seq != UINT64_MAX && (in->seq != seq || in->a.dirty))
+		rc = -EAGAIN;
 	else if (mask & META_SET_SIZE && is_dir(in))
 		rc = -EISDIR;
 	else if (mask & META_SET_SIZE && !S_ISREG(in->a.mode))

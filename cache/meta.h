@@ -74,6 +74,19 @@ void meta_close(struct meta *m);
 /* Closes the open transaction now (fsync, syncfs, unmount). */
 int meta_commit(struct meta *m);
 
+/* A counter that moves with every change the store writes (bookkeeping
+ * such as ETags and dirty flags included): "has anything changed since". */
+uint64_t meta_changes(struct meta *m);
+/* Writes a consistent copy of the committed store to path (a new SQLite
+ * file, via VACUUM INTO on a read-only connection of its own, so changes
+ * go on meanwhile): the index snapshot a new node loads. */
+int meta_snapshot(struct meta *m, const char *path);
+/* Prepares a downloaded snapshot at path to be opened as this node's
+ * store: checks it (quick_check, application id), forgets the writer's
+ * dirty flags and queued deletions, and clears the ETag of what was dirty
+ * so that a reconciliation compares it with S3. -EINVAL when unusable. */
+int meta_snapshot_adopt(const char *path);
+
 /* -ENOENT when parent has no such name. */
 int meta_lookup(struct meta *m, uint64_t parent, const char *name,
 		struct meta_attr *out);
@@ -107,12 +120,16 @@ int meta_unlink(struct meta *m, uint64_t parent, const char *name, int want_dir,
  * plain meta_unlink(). */
 int meta_unlink_queue(struct meta *m, uint64_t parent, const char *name,
 		      int want_dir, const char *key, uint64_t *ino_out);
+/* Queues deletions of keys (a rename's old names), in one transaction. */
+int meta_outbox_add(struct meta *m, const char *const *keys, size_t n);
 /* Up to max queued deletions, oldest first, into ids[] and keys[] (keys
  * malloc'ed, the caller frees). Returns how many, or -errno. */
 ssize_t meta_outbox_peek(struct meta *m, size_t max, uint64_t *ids,
 			 char **keys);
 /* Drops the entries with these ids: S3 has done them. */
 int meta_outbox_done(struct meta *m, const uint64_t *ids, size_t n);
+/* 1 when a deletion of key is queued, 0 when not, or -errno. */
+int meta_outbox_has(struct meta *m, const char *key);
 /* Drops every queued deletion of key: a new object is about to be
  * written there, and a late deletion would destroy it. */
 int meta_outbox_cancel(struct meta *m, const char *key);
@@ -127,6 +144,12 @@ int meta_rename(struct meta *m, uint64_t parent, const char *name,
  * chmod/chown/truncate unless META_SET_CTIME is given. */
 int meta_setattr(struct meta *m, uint64_t ino, unsigned mask,
 		 const struct meta_attr *attr, struct meta_attr *out);
+/* meta_setattr() only while the inode is clean and its change counter is
+ * still seq (nothing changed it since the caller looked): -EAGAIN
+ * otherwise. For changes that come from S3, which must never overwrite a
+ * local one. */
+int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
+		    const struct meta_attr *attr, struct meta_attr *out);
 /* The symlink's target, malloc'ed. -EINVAL when not a symlink. */
 int meta_readlink(struct meta *m, uint64_t ino, char **target);
 

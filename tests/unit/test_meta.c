@@ -1498,6 +1498,130 @@ static void test_outbox_queues_deletions_with_the_unlink(void **state)
 	assert_int_equal(meta_check(f->m), 0);
 }
 
+static void test_outbox_add_and_has(void **state)
+{
+	struct fixture *f = *state;
+	const char *keys[] = {"vol/d/", "vol/d/x"};
+	uint64_t ids[4];
+	char *got[4];
+	assert_int_equal(meta_outbox_has(f->m, "vol/d/x"), 0);
+	assert_int_equal(meta_outbox_add(f->m, keys, 2), 0);
+	assert_int_equal(meta_outbox_has(f->m, "vol/d/x"), 1);
+	assert_int_equal(meta_outbox_has(f->m, "vol/d"), 0);
+	assert_int_equal(meta_outbox_peek(f->m, 4, ids, got), 2);
+	assert_string_equal(got[0], "vol/d/");
+	assert_string_equal(got[1], "vol/d/x");
+	free(got[0]);
+	free(got[1]);
+	assert_int_equal(meta_outbox_done(f->m, ids, 2), 0);
+	assert_int_equal(meta_outbox_has(f->m, "vol/d/x"), 0);
+}
+
+static void test_setattr_if_refuses_a_dirty_or_changed_inode(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a"), seq;
+	struct meta_attr in = attr_of(S_IFREG | 0600), out;
+	in.size = 7;
+	assert_int_equal(meta_change_seq(f->m, a, &seq), 0);
+	/* new inodes are dirty (not in S3 yet) */
+	assert_int_equal(
+		meta_setattr_if(f->m, a, seq, META_SET_SIZE, &in, &out),
+		-EAGAIN);
+	assert_int_equal(meta_clear_dirty(f->m, a, ~0u, seq), 0);
+	assert_int_equal(
+		meta_setattr_if(f->m, a, seq - 1, META_SET_SIZE, &in, &out),
+		-EAGAIN);
+	assert_int_equal(getattr(f->m, a).size, 0);
+	assert_int_equal(
+		meta_setattr_if(f->m, a, seq, META_SET_SIZE, &in, &out), 0);
+	assert_int_equal(out.size, 7);
+	/* the counter moved: the same seq no longer matches */
+	assert_int_equal(
+		meta_setattr_if(f->m, a, seq, META_SET_SIZE, &in, &out),
+		-EAGAIN);
+}
+
+static void test_snapshot_copies_the_tree_and_adopt_forgets_dirt(void **state)
+{
+	struct fixture *f = *state;
+	char snap[sizeof(f->path)];
+	snprintf(snap, sizeof(snap), "%s/snap.db", f->dir);
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t a = mkfile(f->m, d, "a");
+	uint64_t b = mkfile(f->m, ROOT, "b"), ino, seq;
+	struct meta_attr out;
+	assert_int_equal(meta_link(f->m, a, ROOT, "hard", &out), 0);
+	assert_int_equal(meta_setxattr(f->m, a, "user.k", "v", 1, 0), 0);
+	/* a and d are in S3 (clean, with ETags); b is dirty, c is queued */
+	assert_int_equal(meta_set_etag(f->m, a, "\"ea\""), 0);
+	assert_int_equal(meta_set_etag(f->m, b, "\"eb\""), 0);
+	for (uint64_t i = ROOT; i <= a; i++)
+		if (meta_change_seq(f->m, i, &seq) == 0)
+			meta_clear_dirty(f->m, i, ~0u, seq);
+	assert_int_equal(meta_set_dirty(f->m, b, META_DIRTY_DATA), 0);
+	mkfile(f->m, ROOT, "c");
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "c", 0, "vol/c", &ino),
+			 0);
+	assert_int_equal(meta_commit(f->m), 0);
+	uint64_t before = meta_changes(f->m);
+	assert_int_equal(meta_snapshot(f->m, snap), 0);
+	char *want = dump(f->m);
+
+	/* the copy opens as a store equal to the original */
+	struct fixture g = *f;
+	snprintf(g.path, sizeof(g.path), "%s", snap);
+	assert_int_equal(meta_snapshot_adopt(snap), 0);
+	struct meta *m2 = open_store(&g, SLOW_INTERVAL_MS);
+	assert_int_equal(meta_check(m2), 0);
+	assert_int_equal(getattr(m2, a).nlink, 2);
+	assert_int_equal(lookup_ino(m2, ROOT, "hard"), a);
+	char etag[64];
+	assert_int_equal(meta_get_etag(m2, a, etag, sizeof(etag)), 0);
+	assert_string_equal(etag, "\"ea\"");
+	/* what was dirty is clean and without its ETag: S3 decides */
+	assert_int_equal(getattr(m2, b).dirty, 0);
+	assert_int_equal(meta_get_etag(m2, b, etag, sizeof(etag)), 0);
+	assert_string_equal(etag, "");
+	assert_int_equal(meta_outbox_has(m2, "vol/c"), 0);
+	meta_close(m2);
+	/* the original was not changed by being copied */
+	assert_int_equal(meta_changes(f->m), before);
+	char *again = dump(f->m);
+	assert_string_equal(again, want);
+	free(again);
+	free(want);
+	unlink(snap);
+}
+
+static void test_adopt_rejects_what_is_not_a_store(void **state)
+{
+	struct fixture *f = *state;
+	char p[128];
+	snprintf(p, sizeof(p), "%s/junk.db", f->dir);
+	FILE *j = fopen(p, "w");
+	assert_non_null(j);
+	fputs("not a database at all, just some text", j);
+	fclose(j);
+	assert_int_equal(meta_snapshot_adopt(p), -EINVAL);
+	unlink(p);
+	/* a SQLite file of another application */
+	exec_rw(p, "CREATE TABLE t(x)");
+	assert_int_equal(meta_snapshot_adopt(p), -EINVAL);
+	unlink(p);
+	/* a store with a torn page */
+	assert_int_equal(meta_snapshot(f->m, p), 0);
+	int fd = open(p, O_WRONLY);
+	assert_true(fd >= 0);
+	char zeros[4096] = {0};
+	memset(zeros, 0xa5, sizeof(zeros));
+	assert_int_equal(pwrite(fd, zeros, sizeof(zeros), 4096),
+			 (ssize_t)sizeof(zeros));
+	close(fd);
+	assert_int_equal(meta_snapshot_adopt(p), -EINVAL);
+	unlink(p);
+}
+
 static void test_dirty_list_survives_reopen(void **state)
 {
 	struct fixture *f = *state;
@@ -2043,6 +2167,10 @@ int main(void)
 		T(test_lookup_ref_keeps_an_unlinked_inode_alive),
 		T(test_dirty_list_survives_reopen),
 		T(test_outbox_queues_deletions_with_the_unlink),
+		T(test_outbox_add_and_has),
+		T(test_setattr_if_refuses_a_dirty_or_changed_inode),
+		T(test_snapshot_copies_the_tree_and_adopt_forgets_dirt),
+		T(test_adopt_rejects_what_is_not_a_store),
 		T(test_clear_dirty_only_when_change_seq_is_unchanged),
 		T(test_every_change_bumps_change_seq),
 		T(test_etag_roundtrip_and_short_buffer),
