@@ -1405,9 +1405,38 @@ int data_truncate(struct data_file *f, uint64_t size)
 
 int data_hydrate_all(struct data_file *f)
 {
+	return data_hydrate(f, 0, UINT64_MAX);
+}
+
+int data_mark_dirty_all(struct data_file *f)
+{
+	struct buf b = BUF_INIT;
+	lock_mutex(&f->lock);
+	uint64_t size = f->size;
+	int rc = covered(&f->present, 0, size) == size ? 0 : -EAGAIN;
+	if (!rc && size)
+		rc = buf_printf(&b, "D+ 0 %" PRIu64 "\n", size);
+	if (!rc && size)
+		rc = log_append(f, &b);
+	if (!rc && size) {
+		uint64_t p0 = f->pbytes, d0 = f->dbytes;
+		rc = set_add(&f->dirty, &f->dbytes, 0, size);
+		if (!rc && f->nsnap)
+			rc = ranges_add(&f->rewritten, 0, size);
+		account(f, p0, d0);
+	}
+	buf_free(&b);
+	check_file(f);
+	unlock_mutex(&f->lock);
+	return rc;
+}
+
+int data_hydrate(struct data_file *f, uint64_t off, uint64_t len)
+{
 	int used = 0;
 	lock_mutex(&f->lock);
-	int rc = fill_locked(f, 0, f->size, 0, &used);
+	uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
+	int rc = fill_locked(f, off, end, 0, &used);
 	check_file(f);
 	unlock_mutex(&f->lock);
 	return rc;
@@ -1515,12 +1544,19 @@ int data_sync(struct data_file *f)
 	return rc;
 }
 
-int data_remove(struct data *d, uint64_t ino)
+/* Drops ino's file and log; busy_ok 0: only if nobody holds it and
+ * nothing in it is dirty (-EBUSY otherwise). */
+static int remove_file(struct data *d, uint64_t ino, int busy_ok)
 {
 	lock_mutex(&d->lock);
 	struct data_file *f = hash_find(d, ino);
 	if (f) {
 		lock_mutex(&f->lock);
+		if (!busy_ok && (f->refs || f->dbytes)) {
+			unlock_mutex(&f->lock);
+			unlock_mutex(&d->lock);
+			return -EBUSY;
+		}
 		__atomic_sub_fetch(&d->cached, f->pbytes, __ATOMIC_RELAXED);
 		__atomic_sub_fetch(&d->dirty, f->dbytes, __ATOMIC_RELAXED);
 		f->removed = 1; /* totals and compaction leave it alone now */
@@ -1534,6 +1570,16 @@ int data_remove(struct data *d, uint64_t ino)
 		file_free(f); /* else the last data_put() frees it */
 	unlock_mutex(&d->lock);
 	return rc;
+}
+
+int data_remove(struct data *d, uint64_t ino)
+{
+	return remove_file(d, ino, 1);
+}
+
+int data_drop_clean(struct data *d, uint64_t ino)
+{
+	return remove_file(d, ino, 0);
 }
 
 /* Whether the cache is over its byte limit or under its free floor. */

@@ -80,6 +80,12 @@ int data_truncate(struct data_file *f, uint64_t size);
 /* Fetches every missing range, so that the cache file is FULL (before a
  * whole-object upload). */
 int data_hydrate_all(struct data_file *f);
+/* The same for [off, off+len) only (clipped to the size): the parts of a
+ * file a partial re-upload sends. */
+int data_hydrate(struct data_file *f, uint64_t off, uint64_t len);
+/* Marks every byte dirty (the file must be FULL: -EAGAIN otherwise), so
+ * it is uploaded whole from here and never evicted or fetched before. */
+int data_mark_dirty_all(struct data_file *f);
 /* The cache file's descriptor, for s3_put_fd()/s3_upload_fd(). Valid
  * while the reference is held. */
 int data_fd(struct data_file *f);
@@ -98,6 +104,9 @@ int data_sync(struct data_file *f);
 
 /* Drops ino's cache file and log (the inode is gone). */
 int data_remove(struct data *d, uint64_t ino);
+/* data_remove() for a file the object behind it replaced: only when no
+ * reference is held and no byte is dirty, else -EBUSY (nothing changes). */
+int data_drop_clean(struct data *d, uint64_t ino);
 /* Evicts least-recently-used evictable files until cached bytes are under
  * the limit and the free floor is met. Returns bytes freed. */
 int64_t data_evict(struct data *d);

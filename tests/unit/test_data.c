@@ -905,6 +905,53 @@ static void test_remove_deletes_dirty_open_file_and_its_log(void **state)
 	data_put(g);
 }
 
+static void test_drop_clean_spares_open_and_dirty_files(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f, *held;
+	unsigned char w[10] = {0};
+	make_clean_file(e, 1, 4096);
+	assert_int_equal(data_get(e->d, 1, 4096, &held), 0);
+	assert_int_equal(data_drop_clean(e->d, 1), -EBUSY); /* open */
+	assert_true(file_exists(e, "1"));
+	data_put(held);
+	assert_int_equal(data_get(e->d, 2, 0, &f), 0);
+	assert_int_equal(data_write(f, w, 10, 0), 10);
+	data_put(f);
+	assert_int_equal(data_drop_clean(e->d, 2), -EBUSY); /* dirty */
+	assert_true(file_exists(e, "2") && file_exists(e, "2.log"));
+	/* clean and closed: gone, and the next reader fetches afresh */
+	assert_int_equal(data_drop_clean(e->d, 1), 0);
+	assert_false(file_exists(e, "1") || file_exists(e, "1.log"));
+	assert_int_equal(data_drop_clean(e->d, 777), 0); /* never cached */
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 10);
+	assert_int_equal(data_get(e->d, 1, 4096, &f), 0);
+	expect_present(f, "");
+	data_put(f);
+}
+
+static void test_mark_dirty_all_needs_a_full_file_and_pins_it(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[64];
+	assert_int_equal(data_get(e->d, 4, 8192, &f), 0);
+	assert_int_equal(data_read(f, buf, sizeof(buf), 0), 64);
+	assert_int_equal(data_mark_dirty_all(f), -EAGAIN); /* partial */
+	assert_int_equal(data_hydrate_all(f), 0);
+	assert_int_equal(data_mark_dirty_all(f), 0);
+	expect_dirty(f, "0-8192");
+	data_put(f);
+	e->cfg.size_limit = 0;
+	reopen(e); /* the log says so after a restart too */
+	assert_int_equal(data_evict(e->d), 0); /* dirty: never evicted */
+	assert_int_equal(data_get(e->d, 4, 8192, &f), 0);
+	expect_dirty(f, "0-8192");
+	data_put(f);
+}
+
 static void test_open_drops_strays_and_keeps_valid_files(void **state)
 {
 	struct env *e = *state;
@@ -950,6 +997,8 @@ int main(void)
 		T(test_free_floor_evicts_clean_closed_files),
 		T(test_reopen_orders_lru_by_log_mtime),
 		T(test_remove_deletes_dirty_open_file_and_its_log),
+		T(test_drop_clean_spares_open_and_dirty_files),
+		T(test_mark_dirty_all_needs_a_full_file_and_pins_it),
 		T(test_open_drops_strays_and_keeps_valid_files),
 #undef T
 	};
