@@ -304,6 +304,24 @@ int s3_head_bucket(s3_client *c, const char *bucket, struct s3_error *err);
 int s3_upload_fd(s3_client *c, const char *bucket, const char *key, int fd,
 		 off_t off, uint64_t len, const struct s3_put_opts *opts,
 		 char *etag_out, struct s3_error *err);
+/* The part size s3_upload_fd() and s3_upload_fd_reuse() use for an
+ * object of len bytes (cfg.part_size, grown to fit cfg.max_parts). */
+uint64_t s3_upload_part_size(s3_client *c, uint64_t len);
+/* Rewrites key as a multipart upload of len bytes in which part i (bytes
+ * [i*P, i*P+P) for P = s3_upload_part_size()) is copied server-side from
+ * src_key, pinned to src_etag (UploadPartCopy, If-Match; NULL: not
+ * pinned) when reuse[i] is set, and read from fd at the same offset
+ * otherwise: a small edit to a big object sends only the parts it
+ * touched. The caller makes sure the copied ranges exist in the source
+ * with the same bytes. -EINVAL at or below the multipart threshold; a
+ * source that no longer matches src_etag fails with -ESTALE (412) and the
+ * upload is aborted. Swift's s3api answers 412 for any multipart source,
+ * whatever the ETag. */
+int s3_upload_fd_reuse(s3_client *c, const char *bucket, const char *key,
+		       int fd, uint64_t len, const struct s3_put_opts *opts,
+		       const char *src_key, const char *src_etag,
+		       const unsigned char *reuse, char *etag_out,
+		       struct s3_error *err);
 /* Downloads the whole object into fd at offset 0 (the file is truncated to
  * the object's size) with cfg.parallel ranged GETs pinned to one ETag.
  * info (optional) gets the object's attributes. */

@@ -31,7 +31,9 @@ struct xfer {
 	unsigned nparts;
 	const char *upload_id; /* upload: the multipart upload */
 	struct s3_part *parts; /* upload: nparts ETags, written by workers */
-	const char *if_match;  /* download: the pinned ETag */
+	const char *if_match;  /* download: the pinned ETag; reuse: src's */
+	const char *src_key; /* reuse: where unchanged parts are copied from */
+	const unsigned char *reuse; /* reuse: nparts flags, 1 = copy */
 
 	atomic_uint next;
 	atomic_int failed;
@@ -66,6 +68,17 @@ static int upload_part(struct xfer *x, unsigned i, struct s3_error *e)
 				     i + 1, x->fd,
 				     x->fd_off + (off_t)((uint64_t)i * x->part),
 				     part_len(x, i), x->parts[i].etag, e);
+}
+
+static int upload_or_copy_part(struct xfer *x, unsigned i, struct s3_error *e)
+{
+	if (!x->reuse[i])
+		return upload_part(x, i, e);
+	x->parts[i].number = i + 1;
+	return s3_mpu_upload_part_copy(x->c, x->bucket, x->key, x->upload_id,
+				       i + 1, x->bucket, x->src_key,
+				       (uint64_t)i * x->part, part_len(x, i),
+				       x->if_match, x->parts[i].etag, e);
 }
 
 static int download_part(struct xfer *x, unsigned i, struct s3_error *e)
@@ -151,6 +164,28 @@ static void xfer_init(struct xfer *x, s3_client *c, const char *bucket,
 	pthread_mutex_init(&x->lock, NULL);
 }
 
+/* A multipart upload of x's parts with fn, completed, or aborted on
+ * failure so no partial object or orphaned upload is left. */
+static int multipart(struct xfer *x, part_fn fn, const struct s3_put_opts *opts,
+		     char *etag_out, struct s3_error *err)
+{
+	char *upload_id = NULL;
+	int rc = s3_mpu_create(x->c, x->bucket, x->key, opts, &upload_id, err);
+	if (rc)
+		return rc;
+	x->upload_id = upload_id;
+	x->parts = calloc(x->nparts, sizeof(*x->parts));
+	rc = x->parts ? xfer_run(x, fn, err) : -ENOMEM;
+	if (rc == 0)
+		rc = s3_mpu_complete(x->c, x->bucket, x->key, upload_id,
+				     x->parts, x->nparts, etag_out, err);
+	if (rc) /* best effort: leave no orphaned upload behind */
+		s3_mpu_abort(x->c, x->bucket, x->key, upload_id, NULL);
+	free(x->parts);
+	free(upload_id);
+	return rc;
+}
+
 int s3_upload_fd(s3_client *c, const char *bucket, const char *key, int fd,
 		 off_t off, uint64_t len, const struct s3_put_opts *opts,
 		 char *etag_out, struct s3_error *err)
@@ -159,23 +194,35 @@ int s3_upload_fd(s3_client *c, const char *bucket, const char *key, int fd,
 		return s3_put_fd(c, bucket, key, fd, off, len, opts, etag_out,
 				 err);
 	struct xfer x;
-	char *upload_id = NULL;
 	xfer_init(&x, c, bucket, key, fd, len);
 	x.fd_off = off;
-	int rc = s3_mpu_create(c, bucket, key, opts, &upload_id, err);
-	if (rc)
-		goto out;
-	x.upload_id = upload_id;
-	x.parts = calloc(x.nparts, sizeof(*x.parts));
-	rc = x.parts ? xfer_run(&x, upload_part, err) : -ENOMEM;
-	if (rc == 0)
-		rc = s3_mpu_complete(c, bucket, key, upload_id, x.parts,
-				     x.nparts, etag_out, err);
-	if (rc) /* best effort: leave no orphaned upload behind */
-		s3_mpu_abort(c, bucket, key, upload_id, NULL);
-out:
-	free(x.parts);
-	free(upload_id);
+	int rc = multipart(&x, upload_part, opts, etag_out, err);
+	pthread_mutex_destroy(&x.lock);
+	return rc;
+}
+
+uint64_t s3_upload_part_size(s3_client *c, uint64_t len)
+{
+	struct xfer x;
+	xfer_init(&x, c, "", "", -1, len);
+	pthread_mutex_destroy(&x.lock);
+	return x.part;
+}
+
+int s3_upload_fd_reuse(s3_client *c, const char *bucket, const char *key,
+		       int fd, uint64_t len, const struct s3_put_opts *opts,
+		       const char *src_key, const char *src_etag,
+		       const unsigned char *reuse, char *etag_out,
+		       struct s3_error *err)
+{
+	struct xfer x;
+	if (len <= s3_client_config(c)->multipart_threshold)
+		return -EINVAL;
+	xfer_init(&x, c, bucket, key, fd, len);
+	x.src_key = src_key;
+	x.if_match = src_etag;
+	x.reuse = reuse;
+	int rc = multipart(&x, upload_or_copy_part, opts, etag_out, err);
 	pthread_mutex_destroy(&x.lock);
 	return rc;
 }
