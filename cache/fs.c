@@ -10,7 +10,7 @@
  *   SYNCING --write meanwhile--> stays DIRTY (change seq / dirty snapshot)
  *   SYNCING --S3 error--> DIRTY, requeued and retried upload_delay_ms later
  */
-#include "fs.h"
+#include "fs_int.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -31,58 +31,23 @@
 
 #define XATTR_LIST_MAX_BYTES 65536
 
-struct dirty {
-	uint64_t ino;
-	uint64_t since_ms; /* monotonic time of the first unsynced change */
-	uint32_t flags;	   /* META_DIRTY_* already set in the meta store */
-};
-
-struct fs {
-	struct fs_config cfg; /* strings point at the copies below */
-	char *bucket;	      /* owned */
-	char *prefix;	      /* owned */
-	s3_client *s3;	      /* borrowed */
-	struct meta *meta;    /* borrowed */
-	struct data *data;    /* owned; closed by fs_destroy() */
-
-	pthread_mutex_t lock; /* guards the dirty set and stop */
-	pthread_cond_t wake;  /* the flusher's */
-	struct dirty *dirty;  /* protected by lock */
-	size_t ndirty, capdirty;
-	int stop; /* protected by lock */
-	pthread_t flusher;
-
-	pthread_mutex_t sync_lock; /* one upload at a time (step 1) */
-
-	/* open files; a session can end with RELEASEs never delivered, and
-	 * fs_destroy() closes what is left */
-	struct handle *handles; /* protected by lock */
-};
-
-struct handle {
-	uint64_t ino;
-	struct data_file *df;	    /* a data cache reference */
-	struct handle *prev, *next; /* in fs->handles; protected by fs->lock */
-};
-
 static void close_handle(struct fs *fs, struct handle *h);
 
-static uint64_t now_ms(void)
+uint64_t fs_now_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static struct timespec now_real(void)
+struct timespec fs_now_real(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return ts;
 }
 
-static void fs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fs_log(const char *fmt, ...)
+void fs_log(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -100,6 +65,8 @@ void fs_config_init(struct fs_config *cfg)
 	cfg->upload_delay_ms = FS_DEFAULT_UPLOAD_DELAY_MS;
 	cfg->entry_timeout = FS_DEFAULT_TIMEOUT_S;
 	cfg->attr_timeout = FS_DEFAULT_TIMEOUT_S;
+	cfg->snapshot_interval_ms = FS_DEFAULT_SNAPSHOT_INTERVAL_MS;
+	cfg->reconcile_interval_ms = FS_DEFAULT_RECONCILE_INTERVAL_MS;
 }
 
 /* --- the dirty set ------------------------------------------------------ */
@@ -151,7 +118,7 @@ static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 	if (flags && already_dirty(fs, ino, flags))
 		return;
 	if (meta_set_dirty(fs->meta, ino, flags) == 0)
-		dirty_add(fs, ino, now_ms(), flags);
+		dirty_add(fs, ino, fs_now_ms(), flags);
 }
 
 /* What an earlier run left dirty (a crash, or S3 down at unmount) is due
@@ -191,6 +158,45 @@ static uint64_t *take_due(struct fs *fs, uint64_t now, size_t *n)
 	}
 	pthread_mutex_unlock(&fs->lock);
 	return out;
+}
+
+/* --- keys changed while a reconciliation runs ------------------------------
+ */
+
+void fs_touch(struct fs *fs, const char *key, int prefix)
+{
+	if (!fs->recording)
+		return;
+	if (fs->ntouched == fs->captouched) {
+		size_t cap = fs->captouched ? fs->captouched * 2 : 64;
+		struct touched *v = realloc(fs->touched, cap * sizeof(*v));
+		if (!v) {
+			fs->recording = -1; /* lost track: the pass is void */
+			return;
+		}
+		fs->touched = v;
+		fs->captouched = cap;
+	}
+	struct touched *t = &fs->touched[fs->ntouched];
+	t->prefix = prefix;
+	if (!(t->key = strdup(key))) {
+		fs->recording = -1;
+		return;
+	}
+	fs->ntouched++;
+}
+
+int fs_touched(struct fs *fs, const char *key)
+{
+	if (fs->recording < 0)
+		return 1; /* a change went unrecorded: trust nothing */
+	for (size_t i = 0; i < fs->ntouched; i++) {
+		const struct touched *t = &fs->touched[i];
+		if (t->prefix ? strncmp(key, t->key, strlen(t->key)) == 0
+			      : strcmp(key, t->key) == 0)
+			return 1;
+	}
+	return 0;
 }
 
 /* --- keys and headers ---------------------------------------------------- */
@@ -284,6 +290,8 @@ static int drain_outbox(struct fs *fs)
 					     keys);
 		if (n <= 0)
 			return (int)n;
+		for (ssize_t i = 0; i < n; i++)
+			fs_touch(fs, keys[i], 0);
 		int rc = s3_delete_objects(fs->s3, fs->bucket,
 					   (const char *const *)keys, (size_t)n,
 					   &e);
@@ -302,6 +310,81 @@ static int drain_outbox(struct fs *fs)
 
 /* --- uploading one inode -------------------------------------------------- */
 
+/* Whether any of [s, e) is in the set. */
+static int overlaps(const struct ranges *r, uint64_t s, uint64_t e)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (r->v[i].start < e && s < r->v[i].end)
+			return 1;
+	return 0;
+}
+
+/* A big file of which S3 has an older version at key: rewrites it with
+ * the untouched parts copied server-side, fetching and sending only the
+ * parts with dirty bytes (DESIGN §5). -EAGAIN when that does not apply
+ * (nothing to reuse, or the object is not the version we know). */
+static int upload_delta(struct fs *fs, struct data_file *df, const char *key,
+			const char *old_etag, const struct ranges *dirty,
+			const struct s3_put_opts *o, char *etag)
+{
+	struct s3_object_info info;
+	struct s3_error e = {0};
+	uint64_t size = data_size(df);
+	if (!old_etag[0] ||
+	    size <= s3_client_config(fs->s3)->multipart_threshold)
+		return -EAGAIN;
+	if (s3_head_object(fs->s3, fs->bucket, key, &info, &e) != 0)
+		return -EAGAIN;
+	uint64_t have = info.size;
+	int same = strcmp(info.etag, old_etag) == 0;
+	s3_object_info_free(&info);
+	if (!same)
+		return -EAGAIN;
+	uint64_t part = s3_upload_part_size(fs->s3, size);
+	size_t nparts = (size_t)((size + part - 1) / part), kept = 0;
+	unsigned char *reuse = calloc(nparts, 1);
+	if (!reuse)
+		return -ENOMEM;
+	int rc = 0;
+	for (size_t i = 0; i < nparts && !rc; i++) {
+		uint64_t s = (uint64_t)i * part;
+		uint64_t end = size - s < part ? size : s + part;
+		reuse[i] = end <= have && !overlaps(dirty, s, end);
+		kept += reuse[i];
+		if (!reuse[i])
+			rc = data_hydrate(df, s, end - s);
+	}
+	if (!rc && kept == 0)
+		rc = -EAGAIN;
+	if (!rc) {
+		rc = s3_upload_fd_reuse(fs->s3, fs->bucket, key, data_fd(df),
+					size, o, key, old_etag, reuse, etag,
+					&e);
+		/* Swift refuses If-Match on the copy of any multipart object:
+		 * when a second look shows the object is still the version
+		 * we know, copy unpinned (one writer per volume) */
+		if (rc == -ESTALE &&
+		    s3_head_object(fs->s3, fs->bucket, key, &info, &e) == 0) {
+			same = strcmp(info.etag, old_etag) == 0;
+			s3_object_info_free(&info);
+			if (same)
+				rc = s3_upload_fd_reuse(
+					fs->s3, fs->bucket, key, data_fd(df),
+					size, o, key, NULL, reuse, etag, &e);
+		}
+		if (rc)
+			fs_log("partial upload of '%s' failed: %s (%s: %s); "
+			       "sending all of it",
+			       key, strerror(-rc), e.code, e.message);
+		else
+			fs_log("'%s': sent %zu of %zu parts, copied %zu in S3",
+			       key, nparts - kept, nparts, kept);
+		rc = rc ? -EAGAIN : 0;
+	}
+	free(reuse);
+	return rc;
+}
+
 static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 		       const struct meta_attr *a, const struct s3_put_opts *o,
 		       char *etag)
@@ -309,16 +392,22 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 	struct data_file *df;
 	struct ranges snap = RANGES_INIT;
 	struct s3_error e = {0};
+	char old[S3_ETAG_MAX] = "";
 	int rc = data_get(fs->data, ino, a->size, &df);
 	if (rc)
 		return rc;
-	rc = data_hydrate_all(df);
-	int have_snap = !rc && data_dirty(df, &snap) == 0;
-	if (!have_snap && !rc)
-		rc = -ENOMEM;
+	/* what is dirty now; writes from here on stay dirty */
+	rc = data_dirty(df, &snap);
+	int have_snap = rc == 0;
+	meta_get_etag(fs->meta, ino, old, sizeof(old));
 	if (!rc)
-		rc = s3_upload_fd(fs->s3, fs->bucket, key, data_fd(df), 0,
-				  data_size(df), o, etag, &e);
+		rc = upload_delta(fs, df, key, old, &snap, o, etag);
+	if (rc == -EAGAIN) {
+		rc = data_hydrate_all(df);
+		if (!rc)
+			rc = s3_upload_fd(fs->s3, fs->bucket, key, data_fd(df),
+					  0, data_size(df), o, etag, &e);
+	}
 	if (rc) {
 		fs_log("upload of '%s' failed: %s (%s: %s)", key, strerror(-rc),
 		       e.code, e.message);
@@ -349,10 +438,12 @@ static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
 			rc = layout_key(fs->prefix, path, 0, &key);
 		if (!rc)
 			rc = meta_outbox_cancel(fs->meta, key);
-		if (!rc)
+		if (!rc) {
+			fs_touch(fs, key, 0);
 			rc = s3_copy_object(fs->s3, fs->bucket, key0,
 					    fs->bucket, key, S3_METADATA_COPY,
 					    NULL, NULL, &e);
+		}
 		free(path);
 		free(key);
 	}
@@ -396,6 +487,7 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	if (rc)
 		goto out;
 	struct s3_put_opts o = {h.content_type, h.meta, h.nmeta};
+	fs_touch(fs, key, 0);
 	/* a deletion still queued for this key would destroy what we write */
 	rc = meta_outbox_cancel(fs->meta, key);
 	if (rc) {
@@ -466,7 +558,7 @@ static int sync_list(struct fs *fs, const uint64_t *inos, size_t n)
 		int rc = sync_inode(fs, inos[i]);
 		if (rc) {
 			/* its flags are still set in meta: requeue only */
-			dirty_add(fs, inos[i], now_ms(), 0);
+			dirty_add(fs, inos[i], fs_now_ms(), 0);
 			if (!first)
 				first = rc;
 		}
@@ -510,7 +602,7 @@ static void *flusher_main(void *arg)
 		pthread_mutex_lock(&fs->sync_lock);
 		drain_outbox(fs);
 		pthread_mutex_unlock(&fs->sync_lock);
-		uint64_t *inos = take_due(fs, now_ms(), &n);
+		uint64_t *inos = take_due(fs, fs_now_ms(), &n);
 		sync_list(fs, inos, n);
 		free(inos);
 		/* clean, closed data beyond --cache-size or the free floor */
@@ -563,10 +655,12 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	fs->cfg = *cfg;
 	fs->bucket = strdup(cfg->bucket);
 	fs->prefix = strdup(cfg->prefix);
-	if (!fs->bucket || !fs->prefix)
+	fs->cache_dir = cfg->cache_dir ? strdup(cfg->cache_dir) : NULL;
+	if (!fs->bucket || !fs->prefix || (cfg->cache_dir && !fs->cache_dir))
 		goto fail_strings;
 	fs->cfg.bucket = fs->bucket;
 	fs->cfg.prefix = fs->prefix;
+	fs->cfg.cache_dir = fs->cache_dir;
 	fs->s3 = s3;
 	fs->meta = meta;
 	struct data_config dc = *data_cfg;
@@ -578,6 +672,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_mutex_init(&fs->sync_lock, NULL);
 	pthread_cond_init(&fs->wake, NULL);
+	pthread_cond_init(&fs->bg_wake, NULL);
 	rc = load_dirty(fs);
 	if (!rc)
 		rc = -pthread_create(&fs->flusher, NULL, flusher_main, fs);
@@ -588,6 +683,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 
 fail_thread:
 	free(fs->dirty);
+	pthread_cond_destroy(&fs->bg_wake);
 	pthread_cond_destroy(&fs->wake);
 	pthread_mutex_destroy(&fs->sync_lock);
 	pthread_mutex_destroy(&fs->lock);
@@ -595,232 +691,42 @@ fail_thread:
 fail_strings:
 	free(fs->bucket);
 	free(fs->prefix);
+	free(fs->cache_dir);
 	free(fs);
 	return rc;
 }
 
 int fs_destroy(struct fs *fs)
 {
+	fs_bg_stop(fs);
 	pthread_mutex_lock(&fs->lock);
 	fs->stop = 1;
 	pthread_cond_signal(&fs->wake);
 	pthread_mutex_unlock(&fs->lock);
 	pthread_join(fs->flusher, NULL);
 	int rc = fs_flush_all(fs);
+	/* everything is in S3: the index a new node starts from */
+	if (rc == 0)
+		rc = fs_snapshot(fs);
 	while (fs->handles) /* RELEASEs the session never delivered */
 		close_handle(fs, fs->handles);
 	data_close(fs->data);
+	pthread_cond_destroy(&fs->bg_wake);
 	pthread_cond_destroy(&fs->wake);
 	pthread_mutex_destroy(&fs->sync_lock);
 	pthread_mutex_destroy(&fs->lock);
 	free(fs->dirty);
+	free(fs->touched);
 	free(fs->bucket);
 	free(fs->prefix);
+	free(fs->cache_dir);
 	free(fs);
 	return rc;
 }
 
-/* --- loading a volume -------------------------------------------------------
- */
-
-/* The directory inode for path, creating implicit directories on the way. */
-static int ensure_dir(struct fs *fs, const char *path, uint64_t *ino)
+void fs_set_session(struct fs *fs, struct fuse_session *se)
 {
-	uint64_t cur = META_ROOT_INO;
-	char *copy = strdup(path), *save = NULL;
-	int rc = copy ? 0 : -ENOMEM;
-	for (char *c = copy ? strtok_r(copy, "/", &save) : NULL; c && !rc;
-	     c = strtok_r(NULL, "/", &save)) {
-		struct meta_attr a;
-		rc = meta_lookup(fs->meta, cur, c, &a);
-		if (rc == -ENOENT) {
-			struct timespec t = now_real();
-			struct meta_attr in = {
-				.mode = S_IFDIR |
-					(fs->cfg.defaults.dir_mode & 07777),
-				.uid = fs->cfg.defaults.uid,
-				.gid = fs->cfg.defaults.gid,
-				.atime = t,
-				.mtime = t,
-				.ctime = t};
-			uint64_t seq;
-			rc = meta_create(fs->meta, cur, c, &in, NULL, &a);
-			/* implicit: nothing to upload for it */
-			if (!rc && !meta_change_seq(fs->meta, a.ino, &seq))
-				meta_clear_dirty(fs->meta, a.ino, ~0u, seq);
-		}
-		if (!rc && !S_ISDIR(a.mode))
-			rc = -ENOTDIR;
-		if (!rc)
-			cur = a.ino;
-	}
-	free(copy);
-	if (!rc)
-		*ino = cur;
-	return rc;
-}
-
-/* A directory's times from its marker, put back after its children
- * (whose creation bumps them) have been loaded. */
-struct dir_times {
-	uint64_t ino;
-	struct timespec mtime, ctime;
-};
-
-struct load {
-	struct fs *fs;
-	struct dir_times *dirs;
-	size_t ndirs, cap;
-};
-
-static void remember_dir(struct load *l, uint64_t ino,
-			 const struct meta_attr *in)
-{
-	if (l->ndirs == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		struct dir_times *v = realloc(l->dirs, cap * sizeof(*v));
-		if (!v)
-			return; /* the directory keeps its load time */
-		l->dirs = v;
-		l->cap = cap;
-	}
-	l->dirs[l->ndirs++] = (struct dir_times){ino, in->mtime, in->ctime};
-}
-
-/* Sets attributes that meta_create() does not take (size) or that later
- * changes bumped (times), then marks the inode clean: S3 has it. */
-static int settle(struct fs *fs, uint64_t ino, unsigned mask,
-		  const struct meta_attr *in)
-{
-	struct meta_attr out;
-	uint64_t seq;
-	int rc = mask ? meta_setattr(fs->meta, ino, mask, in, &out) : 0;
-	if (!rc)
-		rc = meta_change_seq(fs->meta, ino, &seq);
-	if (!rc)
-		rc = meta_clear_dirty(fs->meta, ino, ~0u, seq);
-	return rc;
-}
-
-static int load_object(struct load *l, const struct s3_list_entry *le)
-{
-	struct fs *fs = l->fs;
-	char *path = NULL;
-	int is_dir;
-	int rc = layout_path_of_key(fs->prefix, le->key, &path, &is_dir);
-	if (rc == -ENOENT || rc == -EINVAL) {
-		if (rc == -EINVAL)
-			fs_log("key '%s' names no path; not shown", le->key);
-		return 0;
-	}
-	if (rc)
-		return rc;
-	struct s3_object_info info;
-	struct s3_error e;
-	rc = s3_head_object(fs->s3, fs->bucket, le->key, &info, &e);
-	if (rc == -ENOENT) { /* deleted since the listing */
-		free(path);
-		return 0;
-	}
-	if (rc) {
-		free(path);
-		return rc;
-	}
-	struct layout_attrs la;
-	layout_attrs_from_info(&info, is_dir, &fs->cfg.defaults, &la);
-	char *slash = strrchr(path, '/');
-	const char *name = slash ? slash + 1 : path;
-	uint64_t parent = META_ROOT_INO;
-	if (slash) {
-		*slash = '\0';
-		rc = ensure_dir(fs, path, &parent);
-	}
-	struct meta_attr a, in = {.mode = la.mode,
-				  .uid = la.uid,
-				  .gid = la.gid,
-				  .size = is_dir ? 0 : le->size,
-				  .atime = la.mtime,
-				  .mtime = la.mtime,
-				  .ctime = la.ctime};
-	char *target = NULL;
-	if (!rc && S_ISLNK(la.mode)) {
-		target = calloc(1, le->size + 1);
-		ssize_t n = target ? s3_get_buf(fs->s3, fs->bucket, le->key, 0,
-						S3_TO_END, target, le->size,
-						NULL, NULL, &e)
-				   : -ENOMEM;
-		rc = n < 0 ? (int)n : 0;
-		in.size = n > 0 ? (uint64_t)n : 0;
-	}
-	if (!rc) {
-		rc = meta_lookup(fs->meta, parent, name, &a);
-		if (rc == 0 && S_ISDIR(a.mode) && S_ISDIR(in.mode)) {
-			/* a marker after its implicit directory: take its
-			 * attributes */
-			rc = meta_setattr(
-				fs->meta, a.ino,
-				META_SET_MODE | META_SET_UID | META_SET_GID |
-					META_SET_MTIME | META_SET_CTIME,
-				&in, &a);
-		} else if (rc == -ENOENT) {
-			rc = meta_create(fs->meta, parent, name, &in, target,
-					 &a);
-		}
-	}
-	if (!rc && S_ISDIR(in.mode))
-		remember_dir(l, a.ino, &in);
-	if (!rc) {
-		/* its object is in S3 (an unlink must delete it) */
-		meta_set_etag(fs->meta, a.ino, le->etag);
-		rc = settle(fs, a.ino,
-			    S_ISREG(in.mode) ? META_SET_SIZE | META_SET_MTIME |
-						       META_SET_CTIME
-					     : 0,
-			    &in);
-	}
-	if (rc)
-		fs_log("loading '%s': %s", le->key, strerror(-rc));
-	s3_object_info_free(&info);
-	free(target);
-	free(path);
-	return 0; /* one bad object does not stop the mount */
-}
-
-static int load_page(void *ctx, const struct s3_list_page *p)
-{
-	struct load *l = ctx;
-	for (size_t i = 0; i < p->nentries; i++) {
-		int rc = load_object(l, &p->entries[i]);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
-int fs_load_tree(struct fs *fs)
-{
-	struct s3_error e;
-	char *prefix = NULL;
-	if (*fs->prefix && asprintf(&prefix, "%s/", fs->prefix) < 0)
-		return -ENOMEM;
-	struct load l = {fs, NULL, 0, 0};
-	int rc = s3_list_all(fs->s3, fs->bucket, prefix ? prefix : "", NULL,
-			     load_page, &l, &e);
-	if (rc)
-		fs_log("listing s3://%s/%s failed: %s: %s", fs->bucket,
-		       prefix ? prefix : "", e.code, e.message);
-	/* children bumped their directories' times: put the markers' back */
-	for (size_t i = 0; !rc && i < l.ndirs; i++) {
-		struct meta_attr in = {.mtime = l.dirs[i].mtime,
-				       .ctime = l.dirs[i].ctime};
-		rc = settle(fs, l.dirs[i].ino, META_SET_MTIME | META_SET_CTIME,
-			    &in);
-	}
-	free(l.dirs);
-	free(prefix);
-	if (!rc)
-		rc = meta_commit(fs->meta);
-	return rc;
+	fs->se = se;
 }
 
 /* --- replies ----------------------------------------------------------------
@@ -985,7 +891,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	struct meta_attr cur, in, out;
 	struct stat st;
 	unsigned mask = 0;
-	struct timespec now = now_real();
+	struct timespec now = fs_now_real();
 	(void)fi;
 	int rc = meta_getattr(fs->meta, ino, &cur);
 	if (rc)
@@ -1060,7 +966,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fs *fs = FS(req);
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct timespec now = now_real();
+	struct timespec now = fs_now_real();
 	int rc = check_name(name);
 	if (rc)
 		return rc;
@@ -1221,6 +1127,73 @@ static int copy_tree(struct fs *fs, const char *old_path, const char *new_path,
 	return rc;
 }
 
+/* Marks the keys a rename changes for a running reconciliation. */
+static int touch_rename(struct fs *fs, const char *old_path,
+			const char *new_path, int is_dir)
+{
+	char *k1 = NULL, *k2 = NULL;
+	int rc = layout_key(fs->prefix, old_path, is_dir, &k1);
+	if (!rc)
+		rc = layout_key(fs->prefix, new_path, is_dir, &k2);
+	if (!rc) {
+		fs_touch(fs, k1, is_dir);
+		fs_touch(fs, k2, is_dir);
+	}
+	free(k1);
+	free(k2);
+	return rc;
+}
+
+/* Makes a regular file's whole content local and dirty, so that it is
+ * uploaded from the cache and never fetched (or evicted) again before:
+ * after an exchange its key holds the other file's bytes. */
+static int pin_content(struct fs *fs, const struct meta_attr *a)
+{
+	struct data_file *df;
+	if (!S_ISREG(a->mode))
+		return 0;
+	int rc = data_get(fs->data, a->ino, a->size, &df);
+	if (rc)
+		return rc;
+	rc = data_hydrate_all(df);
+	if (!rc)
+		rc = data_mark_dirty_all(df);
+	data_put(df);
+	return rc;
+}
+
+/* renameat2(RENAME_EXCHANGE) of two non-directories: each key gets the
+ * other's content and attributes by a fresh upload from the cache. The
+ * caller holds sync_lock. */
+static int exchange(struct fs *fs, uint64_t parent, const char *name,
+		    uint64_t newparent, const char *newname,
+		    const struct meta_attr *a, const char *old_path,
+		    const char *new_path)
+{
+	struct meta_attr b;
+	int rc = meta_lookup(fs->meta, newparent, newname, &b);
+	if (rc)
+		return rc;
+	if (S_ISDIR(a->mode) || S_ISDIR(b.mode))
+		return -EINVAL; /* directories: not supported (yet) */
+	rc = touch_rename(fs, old_path, new_path, 0);
+	if (!rc)
+		rc = pin_content(fs, a);
+	if (!rc)
+		rc = pin_content(fs, &b);
+	if (!rc)
+		rc = meta_rename(fs->meta, parent, name, newparent, newname,
+				 RENAME_EXCHANGE, NULL);
+	if (rc)
+		return rc;
+	mark_dirty(fs, a->ino, META_DIRTY_DATA | META_DIRTY_NAME);
+	mark_dirty(fs, b.ino, META_DIRTY_DATA | META_DIRTY_NAME);
+	mark_dirty(fs, parent, META_DIRTY_ATTR);
+	if (newparent != parent)
+		mark_dirty(fs, newparent, META_DIRTY_ATTR);
+	return 0;
+}
+
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
@@ -1234,8 +1207,6 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc = fs->cfg.read_only ? -EROFS : 0;
 	if (!rc && (check_name(name) || check_name(newname)))
 		rc = -ENAMETOOLONG;
-	if (!rc && (flags & RENAME_EXCHANGE))
-		rc = -EINVAL; /* not yet: see the note on issue 3 */
 	if (!rc)
 		rc = meta_lookup(fs->meta, parent, name, &a);
 	if (!rc)
@@ -1245,8 +1216,15 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	/* S3 must show the queued deletions before we copy what it lists,
 	 * and no flush may interleave with the copies */
 	pthread_mutex_lock(&fs->sync_lock);
+	if (!rc && (flags & RENAME_EXCHANGE)) {
+		rc = exchange(fs, parent, name, newparent, newname, &a,
+			      old_path, new_path);
+		goto out;
+	}
 	if (!rc)
 		rc = drain_outbox(fs);
+	if (!rc)
+		rc = touch_rename(fs, old_path, new_path, S_ISDIR(a.mode));
 	/* S3 first, additive only: copies of what is already there */
 	if (!rc && S_ISDIR(a.mode)) {
 		rc = copy_tree(fs, old_path, new_path, &m);
@@ -1274,16 +1252,24 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		mark_dirty(fs, parent, META_DIRTY_ATTR);
 		if (newparent != parent)
 			mark_dirty(fs, newparent, META_DIRTY_ATTR);
-		/* then the old names go */
+		/* then the old names go, through the outbox, so that a
+		 * crash cannot leave them behind to reappear */
 		if (old_key)
-			s3_delete_object(fs->s3, fs->bucket, old_key, NULL);
+			meta_outbox_add(fs->meta, (const char *const *)&old_key,
+					1);
 		if (m.ndone)
-			s3_delete_objects(fs->s3, fs->bucket,
-					  (const char *const *)m.done, m.ndone,
-					  NULL);
+			meta_outbox_add(fs->meta, (const char *const *)m.done,
+					m.ndone);
+		/* fault injection for tests: widen the window in which S3
+		 * still lists the old names the store no longer has */
+		const char *pause = getenv("TIERFS_DEBUG_RENAME_PAUSE_MS");
+		if (pause)
+			usleep((useconds_t)strtoul(pause, NULL, 10) * 1000);
+		drain_outbox(fs);
 		if (S_ISREG(a.mode))
 			mark_dirty(fs, a.ino, META_DIRTY_NAME);
 	}
+out:
 	pthread_mutex_unlock(&fs->sync_lock);
 	for (size_t i = 0; i < m.ndone; i++)
 		free(m.done[i]);
@@ -1422,7 +1408,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, (int)-n);
 		return;
 	}
-	struct meta_attr in = {.size = data_size(h->df), .mtime = now_real()};
+	struct meta_attr in = {.size = data_size(h->df),
+			       .mtime = fs_now_real()};
 	struct meta_attr out;
 	meta_setattr(fs->meta, ino,
 		     (in.size != old ? META_SET_SIZE : 0) | META_SET_MTIME, &in,
@@ -1466,7 +1453,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	if (!rc)
 		rc = meta_commit(fs->meta);
 	if (rc)
-		dirty_add(fs, ino, now_ms(), 0);
+		dirty_add(fs, ino, fs_now_ms(), 0);
 	fuse_reply_err(req, -rc);
 }
 
@@ -1676,7 +1663,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 			rc = data_truncate(h->df, end);
 		if (!rc) {
 			struct meta_attr in = {.size = end,
-					       .mtime = now_real()},
+					       .mtime = fs_now_real()},
 					 out;
 			rc = meta_setattr(fs->meta, ino,
 					  META_SET_SIZE | META_SET_MTIME, &in,

@@ -34,6 +34,8 @@
 #define FS_DEFAULT_TIMEOUT_S 3600.0 /* RWO: this node is the only writer */
 #define FS_MAX_WRITE (1u << 20)
 #define FS_FLUSH_TICK_MS 100u
+#define FS_DEFAULT_SNAPSHOT_INTERVAL_MS (300u * 1000u)
+#define FS_DEFAULT_RECONCILE_INTERVAL_MS (600u * 1000u)
 
 struct fs_config {
 	const char *bucket;
@@ -45,6 +47,9 @@ struct fs_config {
 	int durability_local;	  /* fsync: durable on the cache disk only */
 	double entry_timeout;
 	double attr_timeout;
+	const char *cache_dir; /* scratch space for snapshots; NULL: none */
+	unsigned snapshot_interval_ms;	/* 0: only at unmount */
+	unsigned reconcile_interval_ms; /* 0: never after the first */
 };
 
 struct fs;
@@ -58,9 +63,34 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
  * frees. 0 when all of it reached S3, else the first -errno (the data
  * stays dirty in the cache dir for the next mount). */
 int fs_destroy(struct fs *fs);
+/* Tells the fs its session, once mounted: changes found in S3 are then
+ * pushed out of the kernel's caches. Starts the background thread, which
+ * writes index snapshots every snapshot_interval_ms (when something
+ * changed) and reconciles with S3 every reconcile_interval_ms, and at once
+ * with FS_START_RECONCILE (what changed in S3 while unmounted, or since the
+ * snapshot the store came from). FS_START_FROM_SNAPSHOT: the store is the
+ * volume's snapshot, so none is owed until something changes. */
+#define FS_START_RECONCILE 0x1
+#define FS_START_FROM_SNAPSHOT 0x2
+void fs_set_session(struct fs *fs, struct fuse_session *se);
+int fs_start(struct fs *fs, unsigned flags);
+
+/* The index snapshot: PREFIX/.tierfs/index.db, a copy of the meta store
+ * (meta_snapshot()). fs_snapshot() uploads one when the store changed
+ * since the last; fs_destroy() writes one after its final flush. */
+int fs_snapshot(struct fs *fs);
+/* Downloads the volume's snapshot into db_path, ready for meta_open():
+ * the first mount on an empty cache dir. -ENOENT when there is none. */
+int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
+		      const char *db_path);
 /* Reads the prefix with LIST (+ HEAD for attributes) into a meta store
- * that holds only the root: the first mount of a volume on a cache dir. */
+ * that holds only the root: the first mount of a volume on a cache dir
+ * when it has no snapshot. */
 int fs_load_tree(struct fs *fs);
+/* Compares the store with a LIST of the prefix and takes in what other
+ * tools changed: new objects appear, changed ones are re-read, deleted
+ * ones go. Local changes not yet in S3 always win. */
+int fs_reconcile(struct fs *fs);
 /* Uploads every dirty inode now (syncfs, unmount). */
 int fs_flush_all(struct fs *fs);
 

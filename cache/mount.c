@@ -53,6 +53,7 @@ static void usage(FILE *f)
 		"           [--cache-size 20G] [--capacity 10G]\n"
 		"           [--uid N] [--gid N] [--file-mode 0644] [--dir-mode 0755]\n"
 		"           [--durability s3|local] [--upload-delay 2s] [--read-only]\n"
+		"           [--snapshot-interval 5m] [--reconcile-interval 10m]\n"
 		"           [-f] [--log-level debug|info|warn|error]\n"
 		"Credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and\n"
 		"AWS_SESSION_TOKEN), or --credentials-file with mode 0600.\n");
@@ -160,6 +161,8 @@ enum {
 	OPT_DIR_MODE,
 	OPT_DURABILITY,
 	OPT_UPLOAD_DELAY,
+	OPT_SNAPSHOT_INTERVAL,
+	OPT_RECONCILE_INTERVAL,
 	OPT_READ_ONLY,
 	OPT_LOG_LEVEL,
 };
@@ -177,6 +180,8 @@ static const struct option long_opts[] = {
 	{"dir-mode", required_argument, NULL, OPT_DIR_MODE},
 	{"durability", required_argument, NULL, OPT_DURABILITY},
 	{"upload-delay", required_argument, NULL, OPT_UPLOAD_DELAY},
+	{"snapshot-interval", required_argument, NULL, OPT_SNAPSHOT_INTERVAL},
+	{"reconcile-interval", required_argument, NULL, OPT_RECONCILE_INTERVAL},
 	{"read-only", no_argument, NULL, OPT_READ_ONLY},
 	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
 	{"foreground", no_argument, NULL, 'f'},
@@ -234,6 +239,14 @@ static int parse_args(int argc, char **argv, struct mount_opts *o)
 		case OPT_UPLOAD_DELAY:
 			rc = parse_delay("--upload-delay", optarg,
 					 &o->fs.upload_delay_ms);
+			break;
+		case OPT_SNAPSHOT_INTERVAL:
+			rc = parse_delay("--snapshot-interval", optarg,
+					 &o->fs.snapshot_interval_ms);
+			break;
+		case OPT_RECONCILE_INTERVAL:
+			rc = parse_delay("--reconcile-interval", optarg,
+					 &o->fs.reconcile_interval_ms);
 			break;
 		case OPT_READ_ONLY:
 			o->fs.read_only = 1;
@@ -328,9 +341,30 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 			strerror(-rc));
 		goto out;
 	}
+	/* The first mount on this cache dir starts from the volume's index
+	 * snapshot when there is one (the tree at once), else from a LIST. */
+	char loaded[PATH_MAX];
+	snprintf(loaded, sizeof(loaded), "%s/loaded", o->cache_dir);
+	snprintf(path, sizeof(path), "%s/meta.db", o->cache_dir);
+	int first = access(loaded, F_OK) != 0, from_snapshot = 0;
+	if (first) {
+		/* a load that never finished: nothing in it is ours yet */
+		static const char *const sfx[] = {"", "-wal", "-shm"};
+		for (int i = 0; i < 3; i++) {
+			char p[PATH_MAX + 8];
+			snprintf(p, sizeof(p), "%s%s", path, sfx[i]);
+			unlink(p);
+		}
+		rc = fs_fetch_snapshot(s3, o->bucket, o->prefix, path);
+		from_snapshot = rc == 0;
+		if (rc && rc != -ENOENT)
+			fprintf(stderr,
+				"tierfs: the index snapshot is unusable (%s); "
+				"reading the listing instead\n",
+				strerror(-rc));
+	}
 	struct meta_config mc;
 	meta_config_init(&mc);
-	snprintf(path, sizeof(path), "%s/meta.db", o->cache_dir);
 	mc.path = path;
 	mc.root_mode = S_IFDIR | (o->fs.defaults.dir_mode & 07777);
 	mc.root_uid = o->fs.defaults.uid;
@@ -349,17 +383,16 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	dc.size_limit = o->cache_size;
 	o->fs.bucket = o->bucket;
 	o->fs.prefix = o->prefix;
+	o->fs.cache_dir = o->cache_dir;
 	rc = fs_create(&o->fs, s3, meta, &dc, &fs);
 	if (rc) {
 		fprintf(stderr, "tierfs: cache '%s': %s\n", data_dir,
 			strerror(-rc));
 		goto out;
 	}
-	/* the first mount on this cache dir reads the tree from S3 */
-	snprintf(path, sizeof(path), "%s/loaded", o->cache_dir);
-	if (access(path, F_OK) != 0) {
-		rc = fs_load_tree(fs);
-		int fd = rc ? -1 : open(path, O_CREAT | O_WRONLY, 0600);
+	if (first) {
+		rc = from_snapshot ? 0 : fs_load_tree(fs);
+		int fd = rc ? -1 : open(loaded, O_CREAT | O_WRONLY, 0600);
 		if (rc || fd < 0) {
 			fprintf(stderr, "tierfs: loading s3://%s/%s: %s\n",
 				o->bucket, o->prefix,
@@ -393,6 +426,16 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	}
 	fprintf(stderr, "tierfs: s3://%s/%s mounted on %s\n", o->bucket,
 		o->prefix, o->mountpoint);
+	/* what other tools changed meanwhile shows after a reconciliation;
+	 * a tree just read from the listing needs none */
+	fs_set_session(fs, se);
+	rc = fs_start(fs, (!first || from_snapshot ? FS_START_RECONCILE : 0) |
+				  (from_snapshot ? FS_START_FROM_SNAPSHOT : 0));
+	if (rc)
+		fprintf(stderr,
+			"tierfs: no background thread (%s): no "
+			"snapshots or reconciliation until unmount\n",
+			strerror(-rc));
 	report(report_fd, 0);
 	report_fd = -1;
 

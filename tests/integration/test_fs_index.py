@@ -1,0 +1,223 @@
+"""test_fs_index.py: the index snapshot in PREFIX/.tierfs/ and LIST reconciliation.
+
+A new node (an empty cache dir) starts from the snapshot: the whole tree
+with its inode numbers, hard links and xattrs, which a LIST cannot give.
+A snapshot older than the objects, and objects that other tools write,
+change or delete under a mounted prefix, are reconciled by LIST; local
+changes not yet uploaded always win. Run under
+`eval "$(hack/s3-local.sh env)"`.
+"""
+
+import os
+import stat
+import time
+from pathlib import Path
+
+from s3util import body, keys, skip_unless_s3
+from tierfs_mount import Mount
+
+skip_unless_s3()
+
+from conftest import MOUNT_ARGS  # noqa: E402
+
+
+def snapshot_tree(root):
+    """{path: (ino, mode, uid, gid, nlink, size, mtime_ns, xattrs, content)}"""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            full = os.path.join(dirpath, n)
+            st = os.lstat(full)
+            if stat.S_ISREG(st.st_mode):
+                what = Path(full).read_bytes()
+            elif stat.S_ISLNK(st.st_mode):
+                what = os.readlink(full)
+            else:
+                what = None
+            xattrs = {} if stat.S_ISLNK(st.st_mode) else {
+                x: os.getxattr(full, x) for x in os.listxattr(full)}
+            out[os.path.relpath(full, root)] = (
+                st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_nlink,
+                st.st_size, st.st_mtime_ns, xattrs, what)
+    return out
+
+
+def wait_for(pred, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_a_new_node_loads_the_snapshot_with_inodes_hard_links_and_xattrs(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    a = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"), *MOUNT_ARGS)
+    try:
+        root = Path(a.mountpoint)
+        # created in reverse name order, with gaps: a LIST (name order)
+        # would number them differently
+        for i in range(9, 0, -1):
+            (root / f"f{i}").write_text(f"file {i}\n")
+        os.unlink(root / "f5")
+        (root / "d" / "e").mkdir(parents=True)
+        (root / "d" / "data").write_bytes(os.urandom(100_000))
+        os.link(root / "d" / "data", root / "hard")
+        os.symlink("d/data", root / "sym")
+        os.setxattr(root / "f1", "user.note", b"kept")
+        os.chmod(root / "f2", 0o600)
+        os.chown(root / "f3", 1234, 567)
+        os.utime(root / "f4", ns=(1_500_000_000_123_456_789,) * 2)
+        want = snapshot_tree(root)
+    finally:
+        assert a.unmount() == 0, a.output()
+    assert f"{prefix}/.tierfs/index.db" in keys(s3, prefix + "/")
+
+    b = Mount(url, str(tmp_path / "b"), str(tmp_path / "cb"), *MOUNT_ARGS)
+    try:
+        got = snapshot_tree(b.mountpoint)
+        assert os.stat(Path(b.mountpoint) / "hard").st_ino == \
+            os.stat(Path(b.mountpoint) / "d" / "data").st_ino
+    finally:
+        assert b.unmount() == 0, b.output()
+    # directory mtimes and everything else, inode numbers included
+    assert got == want
+    # the hidden directory stays hidden
+    assert ".tierfs" not in got
+
+
+def test_a_snapshot_older_than_s3_is_reconciled_after_the_mount(
+        volume, s3, bucket, tmp_path):
+    url, prefix = volume
+    a = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"), *MOUNT_ARGS)
+    try:
+        root = Path(a.mountpoint)
+        (root / "keep").write_text("keep\n")
+        (root / "change").write_text("old content\n")
+        (root / "gone").write_text("to be deleted\n")
+        (root / "sub").mkdir()
+    finally:
+        assert a.unmount() == 0, a.output()
+    # other tools change the prefix after the snapshot was written
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/sub/new.txt", Body=b"new\n")
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/change",
+                  Body=b"changed elsewhere, longer\n",
+                  Metadata={"mode": str(0o100640)})
+    s3.delete_object(Bucket=bucket, Key=f"{prefix}/gone")
+
+    b = Mount(url, str(tmp_path / "b"), str(tmp_path / "cb"), *MOUNT_ARGS)
+    try:
+        root = Path(b.mountpoint)
+        wait_for(lambda: (root / "sub" / "new.txt").exists(), "new.txt")
+        wait_for(lambda: not (root / "gone").exists(), "gone to go")
+        wait_for(lambda: (root / "change").read_bytes() ==
+                 b"changed elsewhere, longer\n", "the changed content")
+        assert stat.S_IMODE(os.stat(root / "change").st_mode) == 0o640
+        assert (root / "keep").read_text() == "keep\n"
+        assert sorted(os.listdir(root)) == ["change", "keep", "sub"]
+    finally:
+        assert b.unmount() == 0, b.output()
+
+
+def test_a_mounted_volume_picks_up_what_other_tools_change(
+        volume, s3, bucket, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS,
+              "--reconcile-interval", "1s")
+    try:
+        root = Path(m.mountpoint)
+        (root / "mine").write_text("mine\n")
+        (root / "theirs").write_text("first\n")
+        wait_for(lambda: f"{prefix}/theirs" in keys(s3, prefix + "/"),
+                 "the upload")
+        # the kernel has looked these up and cached the answers
+        assert not (root / "new").exists()
+        assert (root / "theirs").read_text() == "first\n"
+
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/new", Body=b"hello\n")
+        wait_for(lambda: (root / "new").exists(), "a new object to show")
+        assert (root / "new").read_text() == "hello\n"
+
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/theirs",
+                      Body=b"second version\n")
+        wait_for(lambda: (root / "theirs").read_text() == "second version\n",
+                 "a changed object to show")
+
+        s3.delete_object(Bucket=bucket, Key=f"{prefix}/new")
+        wait_for(lambda: not (root / "new").exists(), "a deleted object to go")
+        assert (root / "mine").read_text() == "mine\n"
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_local_changes_not_yet_uploaded_win_over_the_listing(
+        volume, s3, bucket, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+              "--upload-delay", "60s", "--reconcile-interval", "1s")
+    try:
+        root = Path(m.mountpoint)
+        (root / "f").write_text("local edit\n")
+        # another writer puts the same key while ours waits to upload
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/f", Body=b"remote\n")
+        # and one that shows up in the meantime
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/other", Body=b"x\n")
+        wait_for(lambda: (root / "other").exists(), "a reconciliation")
+        time.sleep(1.5)  # one more pass
+        assert (root / "f").read_text() == "local edit\n"
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/f") == b"local edit\n"
+
+
+def test_what_tierfs_changes_during_a_reconciliation_is_not_undone(
+        volume, s3, tmp_path):
+    """A listing taken before our own uploads, deletions and renames must
+    not bring back old names or drop new ones. Fault injection makes it
+    certain: each pass acts on its LIST 3 s late, and each rename waits
+    2 s between renaming in the store and deleting the old keys, so some
+    pass finds an old name gone here and still in S3 (HEAD says so)."""
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS,
+              "--reconcile-interval", "1s",
+              env={"TIERFS_DEBUG_RECONCILE_PAUSE_MS": "3000",
+                   "TIERFS_DEBUG_RENAME_PAUSE_MS": "2000"})
+    try:
+        root = Path(m.mountpoint)
+        for i in range(3):
+            (root / f"dir{i}").mkdir()
+            for j in range(10):
+                (root / f"dir{i}" / f"f{j}").write_text(f"{i}.{j}\n")
+        (root / "doomed").write_text("x\n")
+        fd = os.open(root, os.O_RDONLY)
+        os.fsync(fd)  # all of it in S3 and in the next listing
+        os.close(fd)
+        time.sleep(1)
+        for i in range(3):
+            os.rename(root / f"dir{i}", root / f"moved{i}")
+        os.unlink(root / "doomed")
+        (root / "fresh").write_text("new\n")
+        fd = os.open(root, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        # the passes that overlapped, and a clean one: no old name may
+        # come back, not even for a moment
+        seen = set()
+        deadline = time.monotonic() + 9
+        while time.monotonic() < deadline:
+            seen.update(os.listdir(root))
+            time.sleep(0.05)
+        assert seen == {"fresh", "moved0", "moved1", "moved2"}
+        assert sorted(os.listdir(root)) == \
+            ["fresh", "moved0", "moved1", "moved2"]
+        for i in range(3):
+            assert sorted(os.listdir(root / f"moved{i}")) == \
+                sorted(f"f{j}" for j in range(10))
+    finally:
+        assert m.unmount() == 0, m.output()
+    got = {k[len(prefix) + 1:] for k in keys(s3, prefix + "/")}
+    got -= {"", ".tierfs/index.db"}  # the volume's own marker, the index
+    want = {"fresh"} | {f"moved{i}/" for i in range(3)} | \
+        {f"moved{i}/f{j}" for i in range(3) for j in range(10)}
+    assert got == want

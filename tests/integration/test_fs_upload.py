@@ -1,0 +1,139 @@
+"""test_fs_upload.py: how file contents reach S3: a small edit to a big file re-sends only the parts it touched.
+
+Run under `eval "$(hack/s3-local.sh env)"`.
+"""
+
+import hashlib
+import os
+from pathlib import Path
+
+from s3util import body, skip_unless_s3
+from tierfs_mount import Mount
+
+skip_unless_s3()
+
+from conftest import MOUNT_ARGS  # noqa: E402
+
+MIB = 1 << 20
+
+
+def cached_bytes(cache_dir):
+    """Bytes the data cache holds on disk (sparse files count what is allocated)."""
+    total = 0
+    for f in (Path(cache_dir) / "data").iterdir():
+        if not f.name.endswith(".log"):
+            total += f.stat().st_blocks * 512
+    return total
+
+
+def test_a_small_edit_to_a_big_file_sends_one_part_and_copies_the_rest(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    data = bytearray(os.urandom(40 * MIB))  # parts of 16, 16 and 8 MiB
+    a = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"), *MOUNT_ARGS)
+    try:
+        (Path(a.mountpoint) / "big").write_bytes(data)
+    finally:
+        assert a.unmount() == 0, a.output()
+
+    # a new node: nothing of the file is cached
+    cache = tmp_path / "cb"
+    b = Mount(url, str(tmp_path / "b"), str(cache), *MOUNT_ARGS)
+    try:
+        edit = os.urandom(4096)
+        fd = os.open(Path(b.mountpoint) / "big", os.O_WRONLY)
+        try:
+            os.pwrite(fd, edit, 20 * MIB + 123)
+            os.fsync(fd)  # in S3 when this returns
+        finally:
+            os.close(fd)
+        data[20 * MIB + 123:20 * MIB + 123 + 4096] = edit
+        got = body(s3, f"{prefix}/big")
+        assert hashlib.md5(got).hexdigest() == hashlib.md5(data).hexdigest()
+        # only the edited part was fetched to be sent
+        assert cached_bytes(cache) <= 16 * MIB + MIB
+        assert "sent 1 of 3 parts, copied 2 in S3" in b.output()
+    finally:
+        assert b.unmount() == 0, b.output()
+
+
+def test_a_big_file_that_grew_and_shrank_keeps_its_bytes(volume, s3, tmp_path):
+    url, prefix = volume
+    data = bytearray(os.urandom(36 * MIB))
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    try:
+        p = Path(m.mountpoint) / "big"
+        p.write_bytes(data)
+        fd = os.open(p, os.O_RDWR)
+        try:
+            os.fsync(fd)
+            # cut into the second part, then grow past the old end: the
+            # regrown bytes are zeros, never the old ones
+            os.truncate(fd, 20 * MIB)
+            os.truncate(fd, 40 * MIB)
+            os.pwrite(fd, b"tail", 40 * MIB - 4)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        want = bytes(data[:20 * MIB]) + bytes(20 * MIB - 4) + b"tail"
+        got = body(s3, f"{prefix}/big")
+        assert len(got) == len(want)
+        assert hashlib.md5(got).hexdigest() == hashlib.md5(want).hexdigest()
+        assert "sent 2 of 3 parts, copied 1 in S3" in m.output()
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def renameat2(old, new, flags):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    if libc.renameat2(at_fdcwd, os.fsencode(old), at_fdcwd,
+                      os.fsencode(new), flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), old)
+
+
+RENAME_EXCHANGE = 2
+
+
+def test_rename_exchange_swaps_two_files_here_and_in_s3(volume, s3, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    try:
+        root = Path(m.mountpoint)
+        (root / "d").mkdir()
+        (root / "a").write_bytes(b"A" * 100_000)
+        (root / "d" / "b").write_text("bee\n")
+        os.chmod(root / "d" / "b", 0o600)
+        ia, ib = os.stat(root / "a").st_ino, os.stat(root / "d" / "b").st_ino
+        fd = os.open(root, os.O_RDONLY)
+        os.fsync(fd)  # both in S3 first
+        os.close(fd)
+        renameat2(root / "a", root / "d" / "b", RENAME_EXCHANGE)
+        assert (root / "a").read_text() == "bee\n"
+        assert (root / "d" / "b").read_bytes() == b"A" * 100_000
+        assert os.stat(root / "a").st_ino == ib
+        assert stat_mode(root / "a") == 0o600
+        # a directory cannot take part (yet): EINVAL, nothing changes
+        try:
+            renameat2(root / "a", root / "d", RENAME_EXCHANGE)
+            raise AssertionError("exchanging with a directory succeeded")
+        except OSError as e:
+            assert e.errno == 22
+        assert os.stat(root / "d" / "b").st_ino == ia
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/a") == b"bee\n"
+    assert body(s3, f"{prefix}/d/b") == b"A" * 100_000
+    # a new node sees the swap
+    n = Mount(url, str(tmp_path / "n"), str(tmp_path / "c2"), *MOUNT_ARGS)
+    try:
+        assert (Path(n.mountpoint) / "a").read_text() == "bee\n"
+        assert stat_mode(Path(n.mountpoint) / "a") == 0o600
+    finally:
+        assert n.unmount() == 0, n.output()
+
+
+def stat_mode(p):
+    return os.stat(p).st_mode & 0o7777
