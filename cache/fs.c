@@ -165,38 +165,126 @@ static uint64_t *take_due(struct fs *fs, uint64_t now, size_t *n)
 
 void fs_touch(struct fs *fs, const char *key, int prefix)
 {
-	if (!fs->recording)
-		return;
+	pthread_mutex_lock(&fs->touch_lock);
+	if (fs->recording <= 0)
+		goto out;
 	if (fs->ntouched == fs->captouched) {
 		size_t cap = fs->captouched ? fs->captouched * 2 : 64;
 		struct touched *v = realloc(fs->touched, cap * sizeof(*v));
 		if (!v) {
 			fs->recording = -1; /* lost track: the pass is void */
-			return;
+			goto out;
 		}
 		fs->touched = v;
 		fs->captouched = cap;
 	}
 	struct touched *t = &fs->touched[fs->ntouched];
 	t->prefix = prefix;
-	if (!(t->key = strdup(key))) {
+	if (!(t->key = strdup(key)))
 		fs->recording = -1;
-		return;
-	}
-	fs->ntouched++;
+	else
+		fs->ntouched++;
+out:
+	pthread_mutex_unlock(&fs->touch_lock);
 }
 
 int fs_touched(struct fs *fs, const char *key)
 {
-	if (fs->recording < 0)
-		return 1; /* a change went unrecorded: trust nothing */
-	for (size_t i = 0; i < fs->ntouched; i++) {
+	pthread_mutex_lock(&fs->touch_lock);
+	int yes = fs->recording < 0; /* one went unrecorded: trust nothing */
+	for (size_t i = 0; !yes && i < fs->ntouched; i++) {
 		const struct touched *t = &fs->touched[i];
-		if (t->prefix ? strncmp(key, t->key, strlen(t->key)) == 0
-			      : strcmp(key, t->key) == 0)
-			return 1;
+		yes = t->prefix ? strncmp(key, t->key, strlen(t->key)) == 0
+				: strcmp(key, t->key) == 0;
 	}
+	pthread_mutex_unlock(&fs->touch_lock);
+	return yes;
+}
+
+void fs_touch_begin(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->touch_lock);
+	fs->recording = 1;
+	pthread_mutex_unlock(&fs->touch_lock);
+}
+
+void fs_touch_end(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->touch_lock);
+	fs->recording = 0;
+	for (size_t i = 0; i < fs->ntouched; i++)
+		free(fs->touched[i].key);
+	fs->ntouched = 0;
+	pthread_mutex_unlock(&fs->touch_lock);
+}
+
+/* --- claims: one upload per inode and per key at a time ------------------ */
+
+static int claimed(struct fs *fs, uint64_t ino, const char *key)
+{
+	for (size_t i = 0; ino && i < fs->nclaimed_inos; i++)
+		if (fs->claimed_inos[i] == ino)
+			return 1;
+	for (size_t i = 0; key && i < fs->nclaimed_keys; i++)
+		if (strcmp(fs->claimed_keys[i], key) == 0)
+			return 1;
 	return 0;
+}
+
+/* Waits until neither ino (0: none) nor key (NULL: none) is claimed, then
+ * claims them. */
+static int claim(struct fs *fs, uint64_t ino, const char *key)
+{
+	char *copy = key ? strdup(key) : NULL;
+	if (key && !copy)
+		return -ENOMEM;
+	pthread_mutex_lock(&fs->claim_lock);
+	while (claimed(fs, ino, key))
+		pthread_cond_wait(&fs->claim_free, &fs->claim_lock);
+	size_t need = fs->nclaimed_inos > fs->nclaimed_keys ? fs->nclaimed_inos
+							    : fs->nclaimed_keys;
+	if (need == fs->capclaims) {
+		size_t cap = fs->capclaims ? fs->capclaims * 2 : 16;
+		uint64_t *vi = realloc(fs->claimed_inos, cap * sizeof(*vi));
+		if (vi)
+			fs->claimed_inos = vi;
+		char **vk = vi ? realloc(fs->claimed_keys, cap * sizeof(*vk))
+			       : NULL;
+		if (vk)
+			fs->claimed_keys = vk;
+		if (!vi || !vk) {
+			pthread_mutex_unlock(&fs->claim_lock);
+			free(copy);
+			return -ENOMEM;
+		}
+		fs->capclaims = cap;
+	}
+	if (ino)
+		fs->claimed_inos[fs->nclaimed_inos++] = ino;
+	if (copy)
+		fs->claimed_keys[fs->nclaimed_keys++] = copy;
+	pthread_mutex_unlock(&fs->claim_lock);
+	return 0;
+}
+
+static void unclaim(struct fs *fs, uint64_t ino, const char *key)
+{
+	pthread_mutex_lock(&fs->claim_lock);
+	for (size_t i = 0; ino && i < fs->nclaimed_inos; i++)
+		if (fs->claimed_inos[i] == ino) {
+			fs->claimed_inos[i] =
+				fs->claimed_inos[--fs->nclaimed_inos];
+			break;
+		}
+	for (size_t i = 0; key && i < fs->nclaimed_keys; i++)
+		if (strcmp(fs->claimed_keys[i], key) == 0) {
+			free(fs->claimed_keys[i]);
+			fs->claimed_keys[i] =
+				fs->claimed_keys[--fs->nclaimed_keys];
+			break;
+		}
+	pthread_cond_broadcast(&fs->claim_free);
+	pthread_mutex_unlock(&fs->claim_lock);
 }
 
 /* --- keys and headers ---------------------------------------------------- */
@@ -278,7 +366,7 @@ static int load_xattrs(struct fs *fs, uint64_t ino, struct layout_xattr **out,
 /* --- the outbox of deletions ---------------------------------------------- */
 
 /* Sends every queued deletion to S3 in DeleteObjects batches. The caller
- * holds sync_lock, so no upload can land between a deletion's peek and
+ * holds s3_lock alone, so no upload can land between a deletion's peek and
  * its request (uploads cancel pending deletions of their key first). */
 static int drain_outbox(struct fs *fs)
 {
@@ -463,8 +551,14 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	uint64_t seq;
 	struct s3_error e;
 
-	pthread_mutex_lock(&fs->sync_lock);
-	int rc = meta_getattr(fs->meta, ino, &a);
+	int have_key = 0;
+	pthread_rwlock_rdlock(&fs->s3_lock);
+	int rc = claim(fs, ino, NULL);
+	if (rc) {
+		pthread_rwlock_unlock(&fs->s3_lock);
+		return rc;
+	}
+	rc = meta_getattr(fs->meta, ino, &a);
 	if (rc || a.nlink == 0 || a.dirty == 0) {
 		rc = rc == -ENOENT ? 0 : rc; /* gone: nothing owed */
 		goto out;
@@ -478,6 +572,9 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	}
 	if (!rc)
 		rc = key_of_path(fs, path, a.mode, &key);
+	if (!rc) /* an upload of another inode to this key finishes first */
+		rc = claim(fs, 0, key);
+	have_key = rc == 0;
 	if (!rc)
 		rc = load_xattrs(fs, ino, &x, &nx);
 	if (rc)
@@ -542,7 +639,10 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	}
 	free(now_path);
 out:
-	pthread_mutex_unlock(&fs->sync_lock);
+	if (have_key)
+		unclaim(fs, 0, key);
+	unclaim(fs, ino, NULL);
+	pthread_rwlock_unlock(&fs->s3_lock);
 	layout_xattrs_free(x, nx);
 	free(path);
 	free(key);
@@ -550,28 +650,61 @@ out:
 	return rc;
 }
 
-/* Syncs a list of inodes; failures go back into the dirty set. */
-static int sync_list(struct fs *fs, const uint64_t *inos, size_t n)
+/* A list of inodes synced by up to FS_UPLOAD_THREADS threads. */
+struct batch {
+	struct fs *fs;
+	const uint64_t *inos;
+	size_t n;
+	size_t next; /* protected by lock */
+	int first;   /* protected by lock: the first failure */
+	pthread_mutex_t lock;
+};
+
+static void *batch_worker(void *arg)
 {
-	int first = 0;
-	for (size_t i = 0; i < n; i++) {
-		int rc = sync_inode(fs, inos[i]);
+	struct batch *b = arg;
+	for (;;) {
+		pthread_mutex_lock(&b->lock);
+		size_t i = b->next < b->n ? b->next++ : b->n;
+		pthread_mutex_unlock(&b->lock);
+		if (i == b->n)
+			return NULL;
+		int rc = sync_inode(b->fs, b->inos[i]);
 		if (rc) {
 			/* its flags are still set in meta: requeue only */
-			dirty_add(fs, inos[i], fs_now_ms(), 0);
-			if (!first)
-				first = rc;
+			dirty_add(b->fs, b->inos[i], fs_now_ms(), 0);
+			pthread_mutex_lock(&b->lock);
+			if (!b->first)
+				b->first = rc;
+			pthread_mutex_unlock(&b->lock);
 		}
 	}
-	return first;
+}
+
+/* Syncs a list of inodes, several at once; failures go back into the
+ * dirty set. Returns the first failure. */
+static int sync_list(struct fs *fs, const uint64_t *inos, size_t n)
+{
+	struct batch b = {fs, inos, n, 0, 0, PTHREAD_MUTEX_INITIALIZER};
+	pthread_t tids[FS_UPLOAD_THREADS - 1];
+	size_t started = 0,
+	       want = n < FS_UPLOAD_THREADS ? n : FS_UPLOAD_THREADS;
+	for (; started + 1 < want; started++)
+		if (pthread_create(&tids[started], NULL, batch_worker, &b) != 0)
+			break; /* fewer threads: still done, more slowly */
+	batch_worker(&b);
+	for (size_t i = 0; i < started; i++)
+		pthread_join(tids[i], NULL);
+	pthread_mutex_destroy(&b.lock);
+	return b.first;
 }
 
 int fs_flush_all(struct fs *fs)
 {
 	size_t n;
-	pthread_mutex_lock(&fs->sync_lock);
+	pthread_rwlock_wrlock(&fs->s3_lock);
 	int rc = drain_outbox(fs);
-	pthread_mutex_unlock(&fs->sync_lock);
+	pthread_rwlock_unlock(&fs->s3_lock);
 	uint64_t *inos = take_due(fs, UINT64_MAX, &n);
 	int rc2 = sync_list(fs, inos, n);
 	free(inos);
@@ -599,9 +732,9 @@ static void *flusher_main(void *arg)
 			break;
 		pthread_mutex_unlock(&fs->lock);
 		size_t n;
-		pthread_mutex_lock(&fs->sync_lock);
+		pthread_rwlock_wrlock(&fs->s3_lock);
 		drain_outbox(fs);
-		pthread_mutex_unlock(&fs->sync_lock);
+		pthread_rwlock_unlock(&fs->s3_lock);
 		uint64_t *inos = take_due(fs, fs_now_ms(), &n);
 		sync_list(fs, inos, n);
 		free(inos);
@@ -670,7 +803,16 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	if (rc)
 		goto fail_strings;
 	pthread_mutex_init(&fs->lock, NULL);
-	pthread_mutex_init(&fs->sync_lock, NULL);
+	pthread_rwlockattr_t ra;
+	pthread_rwlockattr_init(&ra);
+	/* a deletion or rename must not wait behind a stream of uploads */
+	pthread_rwlockattr_setkind_np(
+		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&fs->s3_lock, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	pthread_mutex_init(&fs->claim_lock, NULL);
+	pthread_cond_init(&fs->claim_free, NULL);
+	pthread_mutex_init(&fs->touch_lock, NULL);
 	pthread_cond_init(&fs->wake, NULL);
 	pthread_cond_init(&fs->bg_wake, NULL);
 	rc = load_dirty(fs);
@@ -685,7 +827,10 @@ fail_thread:
 	free(fs->dirty);
 	pthread_cond_destroy(&fs->bg_wake);
 	pthread_cond_destroy(&fs->wake);
-	pthread_mutex_destroy(&fs->sync_lock);
+	pthread_rwlock_destroy(&fs->s3_lock);
+	pthread_mutex_destroy(&fs->claim_lock);
+	pthread_cond_destroy(&fs->claim_free);
+	pthread_mutex_destroy(&fs->touch_lock);
 	pthread_mutex_destroy(&fs->lock);
 	data_close(fs->data);
 fail_strings:
@@ -713,10 +858,15 @@ int fs_destroy(struct fs *fs)
 	data_close(fs->data);
 	pthread_cond_destroy(&fs->bg_wake);
 	pthread_cond_destroy(&fs->wake);
-	pthread_mutex_destroy(&fs->sync_lock);
+	pthread_rwlock_destroy(&fs->s3_lock);
+	pthread_mutex_destroy(&fs->claim_lock);
+	pthread_cond_destroy(&fs->claim_free);
+	pthread_mutex_destroy(&fs->touch_lock);
 	pthread_mutex_destroy(&fs->lock);
 	free(fs->dirty);
 	free(fs->touched);
+	free(fs->claimed_inos);
+	free(fs->claimed_keys);
 	free(fs->bucket);
 	free(fs->prefix);
 	free(fs->cache_dir);
@@ -1164,7 +1314,7 @@ static int pin_content(struct fs *fs, const struct meta_attr *a)
 
 /* renameat2(RENAME_EXCHANGE) of two non-directories: each key gets the
  * other's content and attributes by a fresh upload from the cache. The
- * caller holds sync_lock. */
+ * caller holds s3_lock alone. */
 static int exchange(struct fs *fs, uint64_t parent, const char *name,
 		    uint64_t newparent, const char *newname,
 		    const struct meta_attr *a, const char *old_path,
@@ -1194,6 +1344,38 @@ static int exchange(struct fs *fs, uint64_t parent, const char *name,
 	return 0;
 }
 
+/* A rename of a file S3 has no object of yet needs no S3 work: its upload
+ * goes to the new name. Claiming the inode waits out an upload of it in
+ * flight (after which it has an object, and the caller copies it).
+ * *done: renamed here. */
+static int rename_unsent(struct fs *fs, uint64_t parent, const char *name,
+			 uint64_t newparent, const char *newname,
+			 unsigned flags, const struct meta_attr *a,
+			 const char *old_path, const char *new_path, int *done)
+{
+	char etag[S3_ETAG_MAX];
+	*done = 0;
+	int rc = claim(fs, a->ino, NULL);
+	if (rc)
+		return rc;
+	meta_get_etag(fs->meta, a->ino, etag, sizeof(etag));
+	if (!etag[0]) {
+		rc = touch_rename(fs, old_path, new_path, 0);
+		if (!rc)
+			rc = meta_rename(fs->meta, parent, name, newparent,
+					 newname, flags, NULL);
+		*done = 1;
+	}
+	if (*done && !rc) {
+		mark_dirty(fs, parent, META_DIRTY_ATTR);
+		if (newparent != parent)
+			mark_dirty(fs, newparent, META_DIRTY_ATTR);
+		mark_dirty(fs, a->ino, META_DIRTY_NAME);
+	}
+	unclaim(fs, a->ino, NULL);
+	return rc;
+}
+
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname,
 		      unsigned int flags)
@@ -1213,9 +1395,16 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = child_path(fs, parent, name, &old_path);
 	if (!rc)
 		rc = child_path(fs, newparent, newname, &new_path);
+	if (!rc && !(flags & RENAME_EXCHANGE) && !S_ISDIR(a.mode)) {
+		int done;
+		rc = rename_unsent(fs, parent, name, newparent, newname, flags,
+				   &a, old_path, new_path, &done);
+		if (rc || done)
+			goto out_unlocked;
+	}
 	/* S3 must show the queued deletions before we copy what it lists,
-	 * and no flush may interleave with the copies */
-	pthread_mutex_lock(&fs->sync_lock);
+	 * and no upload may interleave with the copies */
+	pthread_rwlock_wrlock(&fs->s3_lock);
 	if (!rc && (flags & RENAME_EXCHANGE)) {
 		rc = exchange(fs, parent, name, newparent, newname, &a,
 			      old_path, new_path);
@@ -1270,7 +1459,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			mark_dirty(fs, a.ino, META_DIRTY_NAME);
 	}
 out:
-	pthread_mutex_unlock(&fs->sync_lock);
+	pthread_rwlock_unlock(&fs->s3_lock);
+out_unlocked:
 	for (size_t i = 0; i < m.ndone; i++)
 		free(m.done[i]);
 	free(m.done);

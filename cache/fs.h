@@ -3,20 +3,21 @@
  * The flusher thread also evicts clean, closed data from the cache each
  * tick (FS_FLUSH_TICK_MS), under --cache-size and the free-space floor.
  * Threading: the handlers run on libfuse's worker threads; shared state
- * lives in the modules below (each thread-safe) plus fs->lock, which
- * guards the dirty set and is never held across a call into S3. One
- * sync at a time per inode (fs->sync_lock serialises uploads for now).
+ * lives in the modules below (each thread-safe) plus the fs's own locks
+ * (fs_int.h): fs->lock guards the dirty set and is never held across a
+ * call into S3; s3_lock and the upload claims order the S3 changes.
  * Each handler sends exactly one reply on every path.
  * Ownership: fs_create() copies the config's strings and opens the data
  * cache itself (its fetch callback needs the fs); the S3 client and the
  * meta store are the caller's and must outlive the fs.
  *
- * S3 synchronisation, step 1 (DESIGN §5's durable outbox is still to
- * come): data and attribute changes mark the inode dirty in the meta
- * store and in an in-memory dirty set that a flusher thread uploads
- * upload_delay_ms after the last change; fsync uploads at once; mkdir,
- * symlink and create are uploaded by the same path. unlink, rmdir and
- * rename change S3 synchronously (copies first, deletes last).
+ * What S3 is owed lives in the meta store, so it survives a crash: dirty
+ * flags on inodes (data, attributes, names) and an outbox of deletions.
+ * Changes mark the inode dirty there and in an in-memory dirty set; the
+ * flusher uploads each inode upload_delay_ms after its last change, with
+ * FS_UPLOAD_THREADS at once; fsync uploads at once. unlink and rmdir
+ * queue their deletions in the outbox with the change; rename copies an
+ * object that exists first, then queues the old keys.
  */
 #ifndef TIERFS_FS_H
 #define TIERFS_FS_H

@@ -2,13 +2,20 @@
  * volume's listing: first load, index snapshot, reconciliation) share.
  * Not a public header: the rest of tierfs uses fs.h.
  *
- * Locks, in the order they are taken: sync_lock, then lock; the meta
- * store's and the data cache's locks come after both (see meta.h, data.h).
- * Every change tierfs makes to S3 runs under sync_lock, which is what
- * lets a reconciliation tell its own changes from other tools'.
+ * Locks, in the order they are taken: s3_lock, then a claim (claim_lock
+ * while waiting), then touch_lock or lock; the meta store's and the data
+ * cache's locks come after all of them (see meta.h, data.h).
+ * Every change tierfs makes to S3 runs under s3_lock: uploads share it
+ * (FS_UPLOAD_THREADS at once), each holding a claim on its inode and its
+ * key, so one inode or key is never written by two at once; deletions,
+ * renames that copy objects, and a reconciliation's changes take it
+ * alone. That is what lets a reconciliation tell its own changes from
+ * other tools', and a deletion never overtake an upload of the same key.
  */
 #ifndef TIERFS_FS_INT_H
 #define TIERFS_FS_INT_H
+
+#define FS_UPLOAD_THREADS 8 /* inodes uploaded at once */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -46,9 +53,18 @@ struct fs {
 	int stop; /* protected by lock */
 	pthread_t flusher;
 
-	pthread_mutex_t sync_lock; /* one S3 change at a time */
-	/* protected by sync_lock: keys changed while reconciling */
-	int recording;
+	pthread_rwlock_t s3_lock; /* see above; writers first */
+
+	/* uploads in flight: the inodes and keys they hold */
+	pthread_mutex_t claim_lock;
+	pthread_cond_t claim_free;
+	uint64_t *claimed_inos; /* protected by claim_lock */
+	char **claimed_keys;	/* protected by claim_lock */
+	size_t nclaimed_inos, nclaimed_keys, capclaims;
+
+	/* keys changed while a reconciliation runs */
+	pthread_mutex_t touch_lock;
+	int recording; /* protected by touch_lock; -1: one was lost */
 	struct touched *touched;
 	size_t ntouched, captouched;
 
@@ -75,11 +91,14 @@ uint64_t fs_now_ms(void);
 struct timespec fs_now_real(void);
 void fs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Records key (or every key under it) as changed by us; the caller holds
- * sync_lock. A no-op unless a reconciliation is running. */
+/* Records key (or every key under it) as changed by us, before the change
+ * is made. A no-op unless a reconciliation is running. */
 void fs_touch(struct fs *fs, const char *key, int prefix);
-/* Whether key was recorded by fs_touch(); the caller holds sync_lock. */
+/* Whether key was recorded by fs_touch() since fs_touch_begin(). */
 int fs_touched(struct fs *fs, const char *key);
+/* A reconciliation's window: from before its LIST to after its changes. */
+void fs_touch_begin(struct fs *fs);
+void fs_touch_end(struct fs *fs);
 
 /* index.c: stops the background thread fs_start() started (if any). */
 void fs_bg_stop(struct fs *fs);

@@ -20,11 +20,11 @@
  *      HEAD confirms 404 (listings may lag) -> remove the name here.
  * Local changes win: an inode with a dirty flag, a key with a queued
  * deletion, and any key tierfs itself changed since the LIST began (the
- * touched log, kept under sync_lock, fs_int.h) are left alone. Each change
- * is made under sync_lock after those checks, so no upload, deletion or
- * rename of ours interleaves with it; updates use meta_setattr_if(), so a
+ * touched log, fs_int.h) are left alone. Each change is made holding
+ * s3_lock alone, after those checks, so no upload, deletion or rename of
+ * ours interleaves with it; updates use meta_setattr_if(), so a
  * local write that lands meanwhile wins too. The kernel's caches are
- * invalidated for what changed once sync_lock is released.
+ * invalidated for what changed once s3_lock is released.
  */
 #include "fs_int.h"
 
@@ -208,7 +208,7 @@ struct dir_times {
 	struct timespec mtime, ctime;
 };
 
-/* What the kernel must forget once sync_lock is released. */
+/* What the kernel must forget once s3_lock is released. */
 struct note {
 	uint64_t parent; /* with name: the dentry */
 	uint64_t ino;	 /* non-zero: the inode's attributes and pages */
@@ -279,13 +279,13 @@ static void send_notes(struct rec *r)
 static void lock_sync(struct rec *r)
 {
 	if (!r->initial)
-		pthread_mutex_lock(&r->fs->sync_lock);
+		pthread_rwlock_wrlock(&r->fs->s3_lock);
 }
 
 static void unlock_sync(struct rec *r)
 {
 	if (!r->initial)
-		pthread_mutex_unlock(&r->fs->sync_lock);
+		pthread_rwlock_unlock(&r->fs->s3_lock);
 }
 
 /* Whether tierfs itself owes S3 a change to key: leave it alone. */
@@ -749,11 +749,8 @@ static int run_pass(struct rec *r)
 {
 	struct fs *fs = r->fs;
 	uint64_t t0 = fs_now_ms();
-	if (!r->initial) {
-		pthread_mutex_lock(&fs->sync_lock);
-		fs->recording = 1;
-		pthread_mutex_unlock(&fs->sync_lock);
-	}
+	if (!r->initial)
+		fs_touch_begin(fs);
 	int rc = listing_load(fs, &r->l);
 	/* fault injection for tests: a listing that ages before it is used */
 	const char *pause = getenv("TIERFS_DEBUG_RECONCILE_PAUSE_MS");
@@ -774,14 +771,8 @@ static int run_pass(struct rec *r)
 		if (!rc && !meta_change_seq(fs->meta, r->dirs[i].ino, &seq))
 			meta_clear_dirty(fs->meta, r->dirs[i].ino, ~0u, seq);
 	}
-	if (!r->initial) {
-		pthread_mutex_lock(&fs->sync_lock);
-		fs->recording = 0;
-		for (size_t i = 0; i < fs->ntouched; i++)
-			free(fs->touched[i].key);
-		fs->ntouched = 0;
-		pthread_mutex_unlock(&fs->sync_lock);
-	}
+	if (!r->initial)
+		fs_touch_end(fs);
 	send_notes(r);
 	if (!rc)
 		rc = meta_commit(fs->meta);
@@ -836,11 +827,10 @@ int fs_snapshot(struct fs *fs)
 	if (!rc)
 		rc = index_key(fs->prefix, &key);
 	if (!rc) {
+		/* no other writer of this key: no lock */
 		struct s3_put_opts o = {INDEX_CONTENT_TYPE, NULL, 0};
-		pthread_mutex_lock(&fs->sync_lock);
 		rc = s3_upload_fd(fs->s3, fs->bucket, key, fd, 0,
 				  (uint64_t)st.st_size, &o, etag, &e);
-		pthread_mutex_unlock(&fs->sync_lock);
 		if (rc)
 			fs_log("index snapshot upload failed: %s: %s", e.code,
 			       e.message);

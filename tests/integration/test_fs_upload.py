@@ -5,6 +5,7 @@ Run under `eval "$(hack/s3-local.sh env)"`.
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from s3util import body, skip_unless_s3
@@ -137,3 +138,32 @@ def test_rename_exchange_swaps_two_files_here_and_in_s3(volume, s3, tmp_path):
 
 def stat_mode(p):
     return os.stat(p).st_mode & 0o7777
+
+
+def test_a_name_replaced_during_its_upload_ends_with_the_new_content(
+        volume, s3, tmp_path):
+    """Uploads run in parallel: the new file's upload to a key must wait for
+    the old file's, whose clean-up deletes that key when it finds its name
+    gone. Otherwise S3 ends with nothing, or the old bytes. The old file's
+    upload starts after 100 ms; its name is replaced at varying times."""
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+              "--upload-delay", "100ms")
+    rounds = 10
+    try:
+        root = Path(m.mountpoint)
+        old = os.urandom(12 * MIB)
+        for r in range(rounds):
+            p = root / f"f{r}"
+            p.write_bytes(old)
+            time.sleep(0.1 + 0.02 * r)  # into the old file's upload
+            os.unlink(p)
+            p.write_bytes(b"new %d\n" % r)
+            fd = os.open(p, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        time.sleep(1)
+    finally:
+        assert m.unmount() == 0, m.output()
+    for r in range(rounds):
+        assert body(s3, f"{prefix}/f{r}") == b"new %d\n" % r
