@@ -507,7 +507,7 @@ def test_sqlite_integrity(mount, journal):
     c.close()
 
 
-def test_git_init_commit_fsck(mount):
+def test_git_init_commit_gc_fsck_clone_status(mount):
     repo = os.path.join(mount.mountpoint, "repo")
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x",
                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@x", HOME=repo)
@@ -526,3 +526,14 @@ def test_git_init_commit_fsck(mount):
     assert git("fsck", "--strict").returncode == 0
     assert git("status", "--porcelain").stdout == ""
     assert "second" in git("log", "--oneline").stdout
+    # a clone on the same mount, without hard links between the two
+    clone = os.path.join(mount.mountpoint, "clone")
+    subprocess.run(["git", "clone", "-q", "--no-local", repo, clone], env=env,
+                   check=True)
+    out = subprocess.run(["git", "-C", clone, "fsck", "--strict"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert Path(clone, "f3.txt").read_text() == "changed\n"
+    log = subprocess.run(["git", "-C", clone, "log", "--format=%H"], env=env,
+                         check=True, capture_output=True, text=True).stdout
+    assert log == git("log", "--format=%H").stdout
