@@ -5,7 +5,7 @@
 #   make test    deps + build + unit tests (plain and ASan/UBSan)
 #                + integration tests against a local Swift S3
 #   make demo    deps + build + an end-to-end run against the local S3
-#   make bench   deps + build + tierfsctl s3 bench beside boto3
+#   make bench   deps + build + raw S3 beside boto3 + cold mount of 100k files
 #   make check   clang-format and cppcheck
 #   make clean
 
@@ -29,7 +29,7 @@ SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c s3/units.c
-CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c \
+CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c \
 	cache/fs.c
 UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units
@@ -55,19 +55,19 @@ $(ASAN)/obj/%.o: %.c
 	@echo "  CC asan $<"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/libtierfs-s3.a: $(S3_SRC:%.c=$(BUILD)/obj/%.o)
-	$(Q)$(AR) rcs $@ $^
+$(BUILD)/libtierfs-s3.a: $(S3_SRC:%.c=$(BUILD)/obj/%.o) Makefile
+	$(Q)rm -f $@ && $(AR) rcs $@ $(filter %.o,$^)
 
-$(ASAN)/libtierfs-s3.a: $(S3_SRC:%.c=$(ASAN)/obj/%.o)
+$(ASAN)/libtierfs-s3.a: $(S3_SRC:%.c=$(ASAN)/obj/%.o) Makefile
 	@mkdir -p $(dir $@)
-	$(Q)$(AR) rcs $@ $^
+	$(Q)rm -f $@ && $(AR) rcs $@ $(filter %.o,$^)
 
-$(BUILD)/libtierfs-cache.a: $(CACHE_SRC:%.c=$(BUILD)/obj/%.o)
-	$(Q)$(AR) rcs $@ $^
+$(BUILD)/libtierfs-cache.a: $(CACHE_SRC:%.c=$(BUILD)/obj/%.o) Makefile
+	$(Q)rm -f $@ && $(AR) rcs $@ $(filter %.o,$^)
 
-$(ASAN)/libtierfs-cache.a: $(CACHE_SRC:%.c=$(ASAN)/obj/%.o)
+$(ASAN)/libtierfs-cache.a: $(CACHE_SRC:%.c=$(ASAN)/obj/%.o) Makefile
 	@mkdir -p $(dir $@)
-	$(Q)$(AR) rcs $@ $^
+	$(Q)rm -f $@ && $(AR) rcs $@ $(filter %.o,$^)
 
 $(BUILD)/tierfsctl: $(BUILD)/obj/csi/tierfsctl.o $(BUILD)/libtierfs-s3.a
 	@echo "  LD      $@"

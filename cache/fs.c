@@ -28,10 +28,11 @@
 #include <unistd.h>
 
 #include "../s3/buf.h"
+#include "serve.h"
 
 #define XATTR_LIST_MAX_BYTES 65536
 
-static void close_handle(struct fs *fs, struct handle *h);
+static void close_all_handles(struct fs *fs);
 
 uint64_t fs_now_ms(void)
 {
@@ -853,8 +854,7 @@ int fs_destroy(struct fs *fs)
 	/* everything is in S3: the index a new node starts from */
 	if (rc == 0)
 		rc = fs_snapshot(fs);
-	while (fs->handles) /* RELEASEs the session never delivered */
-		close_handle(fs, fs->handles);
+	close_all_handles(fs);
 	data_close(fs->data);
 	pthread_cond_destroy(&fs->bg_wake);
 	pthread_cond_destroy(&fs->wake);
@@ -966,6 +966,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
+	/* requests must arrive in memory: serve.c reads their headers */
+	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+				  FUSE_CAP_SPLICE_MOVE);
 	conn->max_write = FS_MAX_WRITE;
 	conn->max_readahead = FS_MAX_WRITE;
 }
@@ -1132,6 +1135,11 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (target)
 		in.size = strlen(target);
 	rc = meta_create(fs->meta, parent, name, &in, target, out);
+	/* resent after a worker died: the create may be the dead worker's */
+	if (rc == -EEXIST && serve_request_resent() &&
+	    meta_lookup(fs->meta, parent, name, out) == 0 &&
+	    (out->mode & S_IFMT) == (mode & S_IFMT))
+		return 0;
 	if (rc == 0) {
 		mark_dirty(fs, out->ino, META_DIRTY_NAME);
 		mark_dirty(fs, parent, META_DIRTY_ATTR); /* its mtime */
@@ -1196,6 +1204,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (!rc)
 		rc = meta_unlink_queue(fs->meta, parent, name, want_dir, key,
 				       &ino);
+	if (rc == -ENOENT && serve_request_resent())
+		rc = 0; /* the dead worker removed it already */
 	if (!rc)
 		mark_dirty(fs, parent, META_DIRTY_ATTR);
 	free(key);
@@ -1391,6 +1401,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = -ENAMETOOLONG;
 	if (!rc)
 		rc = meta_lookup(fs->meta, parent, name, &a);
+	if (rc == -ENOENT && serve_request_resent() &&
+	    meta_lookup(fs->meta, newparent, newname, &a) == 0) {
+		fuse_reply_err(req, 0); /* the dead worker renamed it */
+		return;
+	}
 	if (!rc)
 		rc = child_path(fs, parent, name, &old_path);
 	if (!rc)
@@ -1479,6 +1494,9 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	int rc = fs->cfg.read_only ? -EROFS : check_name(newname);
 	if (!rc)
 		rc = meta_link(fs->meta, ino, newparent, newname, &a);
+	if (rc == -EEXIST && serve_request_resent() &&
+	    meta_lookup(fs->meta, newparent, newname, &a) == 0 && a.ino == ino)
+		rc = 0; /* the dead worker linked it */
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -1488,41 +1506,82 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	reply_entry(req, &a);
 }
 
-static int open_handle(struct fs *fs, uint64_t ino, struct fuse_file_info *fi)
+/* Open files, by inode: the kernel's file handle is the inode number, so
+ * a worker that takes over a live mount understands the handles its
+ * predecessor gave out. opens counts OPEN/CREATE minus RELEASE; a handle
+ * first seen in a read or write (opened before a takeover) is adopted with
+ * opens 1, and a RELEASE the store cannot match is ignored. */
+static struct handle **handle_slot(struct fs *fs, uint64_t ino)
 {
-	struct meta_attr a;
-	struct handle *h = calloc(1, sizeof(*h));
-	int rc = h ? meta_getattr(fs->meta, ino, &a) : -ENOMEM;
-	if (!rc)
-		rc = data_get(fs->data, ino, a.size, &h->df);
-	if (rc) {
-		free(h);
-		return rc;
-	}
-	h->ino = ino;
-	pthread_mutex_lock(&fs->lock);
-	h->next = fs->handles;
-	if (h->next)
-		h->next->prev = h;
-	fs->handles = h;
-	pthread_mutex_unlock(&fs->lock);
-	fi->fh = (uint64_t)(uintptr_t)h;
-	fi->keep_cache = 1; /* one writer: the page cache stays valid */
-	return 0;
+	struct handle **p = &fs->handles[ino % FS_HANDLE_BUCKETS];
+	while (*p && (*p)->ino != ino)
+		p = &(*p)->next;
+	return p;
 }
 
-static void close_handle(struct fs *fs, struct handle *h)
+/* Counts an open of ino (open) or makes sure it is known (an operation),
+ * and gives the operation its own data reference (out, optional). */
+static int file_ref(struct fs *fs, uint64_t ino, int open,
+		    struct data_file **out)
+{
+	struct meta_attr a;
+	int rc = meta_getattr(fs->meta, ino, &a);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&fs->lock);
+	struct handle **p = handle_slot(fs, ino), *h = *p;
+	if (!h) {
+		h = calloc(1, sizeof(*h));
+		rc = h ? data_get(fs->data, ino, a.size, &h->df) : -ENOMEM;
+		if (rc) {
+			pthread_mutex_unlock(&fs->lock);
+			free(h);
+			return rc;
+		}
+		h->ino = ino;
+		*p = h;
+	}
+	if (open || h->opens == 0)
+		h->opens++;
+	if (out)
+		rc = data_get(fs->data, ino, a.size, out);
+	pthread_mutex_unlock(&fs->lock);
+	return rc;
+}
+
+static void file_release(struct fs *fs, uint64_t ino)
 {
 	pthread_mutex_lock(&fs->lock);
-	if (h->prev)
-		h->prev->next = h->next;
+	struct handle **p = handle_slot(fs, ino), *h = *p;
+	if (h && --h->opens == 0)
+		*p = h->next;
 	else
-		fs->handles = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
+		h = NULL;
 	pthread_mutex_unlock(&fs->lock);
-	data_put(h->df);
-	free(h);
+	if (h) {
+		data_put(h->df);
+		free(h);
+	}
+}
+
+/* Every handle still open (RELEASEs the session never delivered). */
+static void close_all_handles(struct fs *fs)
+{
+	for (size_t b = 0; b < FS_HANDLE_BUCKETS; b++)
+		while (fs->handles[b]) {
+			struct handle *h = fs->handles[b];
+			fs->handles[b] = h->next;
+			data_put(h->df);
+			free(h);
+		}
+}
+
+static int open_handle(struct fs *fs, uint64_t ino, struct fuse_file_info *fi)
+{
+	int rc = file_ref(fs, ino, 1, NULL);
+	fi->fh = ino;
+	fi->keep_cache = 1; /* one writer: the page cache stays valid */
+	return rc;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1558,7 +1617,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fill_entry(fs, &a, &e);
 	meta_ref(fs->meta, a.ino, 1);
 	if (fuse_reply_create(req, &e, fi) != 0) {
-		close_handle(fs, (struct handle *)(uintptr_t)fi->fh);
+		file_release(fs, a.ino);
 		forget_one(fs, a.ino, 1);
 	}
 }
@@ -1566,14 +1625,17 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct data_file *df;
 	char *buf = malloc(size ? size : 1);
-	(void)ino;
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
+	(void)fi;
+	int rc = buf ? file_ref(FS(req), ino, 0, &df) : -ENOMEM;
+	if (rc) {
+		free(buf);
+		fuse_reply_err(req, -rc);
 		return;
 	}
-	ssize_t n = data_read(h->df, buf, size, (uint64_t)off);
+	ssize_t n = data_read(df, buf, size, (uint64_t)off);
+	data_put(df);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
@@ -1585,22 +1647,25 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-	uint64_t old = data_size(h->df);
-	uint64_t end = (uint64_t)off + size;
-	int rc = check_space(fs, end > old ? end - old : 0);
+	struct data_file *df;
+	(void)fi;
+	int rc = file_ref(fs, ino, 0, &df);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	ssize_t n = data_write(h->df, buf, size, (uint64_t)off);
+	uint64_t old = data_size(df);
+	uint64_t end = (uint64_t)off + size;
+	rc = check_space(fs, end > old ? end - old : 0);
+	ssize_t n = rc ? rc : data_write(df, buf, size, (uint64_t)off);
 	if (n < 0) {
+		data_put(df);
 		fuse_reply_err(req, (int)-n);
 		return;
 	}
-	struct meta_attr in = {.size = data_size(h->df),
-			       .mtime = fs_now_real()};
+	struct meta_attr in = {.size = data_size(df), .mtime = fs_now_real()};
 	struct meta_attr out;
+	data_put(df);
 	meta_setattr(fs->meta, ino,
 		     (in.size != old ? META_SET_SIZE : 0) | META_SET_MTIME, &in,
 		     &out);
@@ -1618,8 +1683,8 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
-	(void)ino;
-	close_handle(FS(req), (struct handle *)(uintptr_t)fi->fh);
+	(void)fi;
+	file_release(FS(req), ino);
 	fuse_reply_err(req, 0);
 }
 
@@ -1627,12 +1692,17 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		     struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
-	struct handle *h = fi ? (struct handle *)(uintptr_t)fi->fh : NULL;
+	struct data_file *df;
 	(void)datasync;
+	(void)fi;
 	int rc;
-	if (fs->cfg.durability_local && h) {
+	if (fs->cfg.durability_local) {
 		/* durable on the cache disk; the flusher uploads later */
-		rc = data_sync(h->df);
+		rc = file_ref(fs, ino, 0, &df);
+		if (!rc) {
+			rc = data_sync(df);
+			data_put(df);
+		}
 		if (!rc)
 			rc = meta_commit(fs->meta);
 		fuse_reply_err(req, -rc);
@@ -1791,6 +1861,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	int rc = fs->cfg.read_only ? -EROFS
 				   : meta_setxattr(fs->meta, ino, name, value,
 						   size, flags);
+	if (rc == -EEXIST && serve_request_resent())
+		rc = meta_setxattr(fs->meta, ino, name, value, size, 0);
 	if (!rc)
 		mark_dirty(fs, ino, META_DIRTY_ATTR);
 	fuse_reply_err(req, -rc);
@@ -1834,6 +1906,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	struct fs *fs = FS(req);
 	int rc = fs->cfg.read_only ? -EROFS
 				   : meta_removexattr(fs->meta, ino, name);
+	if (rc == -ENODATA && serve_request_resent())
+		rc = 0;
 	if (!rc)
 		mark_dirty(fs, ino, META_DIRTY_ATTR);
 	fuse_reply_err(req, -rc);
@@ -1843,14 +1917,19 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 			 off_t length, struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct data_file *df;
 	uint64_t end = (uint64_t)offset + (uint64_t)length;
-	uint64_t old = data_size(h->df);
-	int rc = mode ? -EOPNOTSUPP : 0;
+	(void)fi;
+	int rc = mode ? -EOPNOTSUPP : file_ref(fs, ino, 0, &df);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	uint64_t old = data_size(df);
 	if (!rc && end > old) {
 		rc = check_space(fs, end - old);
 		if (!rc)
-			rc = data_truncate(h->df, end);
+			rc = data_truncate(df, end);
 		if (!rc) {
 			struct meta_attr in = {.size = end,
 					       .mtime = fs_now_real()},
@@ -1862,6 +1941,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 		if (!rc)
 			mark_dirty(fs, ino, META_DIRTY_DATA);
 	}
+	data_put(df);
 	fuse_reply_err(req, -rc);
 }
 

@@ -84,6 +84,9 @@ int fs_snapshot(struct fs *fs);
  * the first mount on an empty cache dir. -ENOENT when there is none. */
 int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 		      const char *db_path);
+/* Aborts every multipart upload in progress under the prefix: the ones a
+ * killed process left (their inodes are still dirty and upload again). */
+int fs_abort_uploads(struct fs *fs);
 /* Reads the prefix with LIST (+ HEAD for attributes) into a meta store
  * that holds only the root: the first mount of a volume on a cache dir
  * when it has no snapshot. */

@@ -15,7 +15,8 @@
 #ifndef TIERFS_FS_INT_H
 #define TIERFS_FS_INT_H
 
-#define FS_UPLOAD_THREADS 8 /* inodes uploaded at once */
+#define FS_UPLOAD_THREADS 8    /* inodes uploaded at once */
+#define FS_HANDLE_BUCKETS 1024 /* open-file table */
 
 #include <pthread.h>
 #include <stdint.h>
@@ -76,15 +77,16 @@ struct fs {
 	uint64_t snap_changes; /* meta_changes() at the last snapshot */
 	int snap_known;	       /* snap_changes is valid */
 
-	/* open files; a session can end with RELEASEs never delivered, and
-	 * fs_destroy() closes what is left */
-	struct handle *handles; /* protected by lock */
+	/* open files by inode (fs.c); a session can end with RELEASEs never
+	 * delivered, and fs_destroy() closes what is left */
+	struct handle *handles[FS_HANDLE_BUCKETS]; /* protected by lock */
 };
 
 struct handle {
 	uint64_t ino;
-	struct data_file *df;	    /* a data cache reference */
-	struct handle *prev, *next; /* in fs->handles; protected by fs->lock */
+	uint64_t opens;	      /* OPENs not yet RELEASEd (1: adopted) */
+	struct data_file *df; /* a data cache reference */
+	struct handle *next;  /* in its bucket; protected by fs->lock */
 };
 
 uint64_t fs_now_ms(void);

@@ -776,11 +776,10 @@ static int run_pass(struct rec *r)
 	send_notes(r);
 	if (!rc)
 		rc = meta_commit(fs->meta);
-	if (r->added || r->updated || r->removed || r->busy || r->initial)
-		fs_log("reconciled with %zu objects in %llu ms: %u added, %u "
-		       "updated, %u removed, %u busy (next time)",
-		       r->l.n, (unsigned long long)(fs_now_ms() - t0), r->added,
-		       r->updated, r->removed, r->busy);
+	fs_log("reconciled with %zu objects in %llu ms: %u added, %u "
+	       "updated, %u removed, %u busy (next time)",
+	       r->l.n, (unsigned long long)(fs_now_ms() - t0), r->added,
+	       r->updated, r->removed, r->busy);
 	listing_free(&r->l);
 	free(r->dirs);
 	free(r->notes);
@@ -878,6 +877,55 @@ int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 	if (rc)
 		unlink(tmp);
 	free(key);
+	return rc;
+}
+
+/* ---- recovery ------------------------------------------------------------ */
+
+int fs_abort_uploads(struct fs *fs)
+{
+	struct s3_error e;
+	char *prefix = NULL, *key_marker = NULL, *id_marker = NULL;
+	unsigned aborted = 0;
+	int rc = 0;
+	if (fs->cfg.read_only)
+		return 0;
+	if (*fs->prefix && asprintf(&prefix, "%s/", fs->prefix) < 0)
+		return -ENOMEM;
+	for (;;) {
+		struct s3_upload_list l;
+		rc = s3_mpu_list(fs->s3, fs->bucket, prefix ? prefix : "",
+				 key_marker, id_marker, &l, &e);
+		if (rc) {
+			fs_log("listing multipart uploads failed: %s: %s",
+			       e.code, e.message);
+			break;
+		}
+		/* one writer per volume: an upload in progress here is one a
+		 * dead process of ours left; its inode is still dirty */
+		for (size_t i = 0; i < l.nuploads; i++)
+			if (s3_mpu_abort(fs->s3, fs->bucket, l.uploads[i].key,
+					 l.uploads[i].upload_id, &e) == 0)
+				aborted++;
+		free(key_marker);
+		free(id_marker);
+		key_marker = l.truncated ? l.next_key_marker : NULL;
+		id_marker = l.truncated ? l.next_upload_id_marker : NULL;
+		if (l.truncated) {
+			l.next_key_marker = NULL;
+			l.next_upload_id_marker = NULL;
+		}
+		int more = l.truncated && key_marker;
+		s3_upload_list_free(&l);
+		if (!more)
+			break;
+	}
+	if (aborted)
+		fs_log("aborted %u multipart uploads left by an earlier run",
+		       aborted);
+	free(key_marker);
+	free(id_marker);
+	free(prefix);
 	return rc;
 }
 

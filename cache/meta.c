@@ -1436,11 +1436,17 @@ static int load(struct meta *m)
 	int64_t v = 0;
 	int found = 0;
 	int before = sqlite3_total_changes(m->db);
-	int rc = db_exec(m, "BEGIN IMMEDIATE;"
-			    "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM "
-			    "inodes WHERE nlink = 0 AND ino <> 1);"
-			    "DELETE FROM inodes WHERE nlink = 0 AND ino <> 1;"
-			    "COMMIT");
+	/* a worker that takes over a live mount keeps them: the kernel may
+	 * still hold them open */
+	int rc = m->cfg.adopt_kernel_refs
+			 ? 0
+			 : db_exec(m, "BEGIN IMMEDIATE;"
+				      "DELETE FROM xattrs WHERE ino IN (SELECT "
+				      "ino FROM inodes WHERE nlink = 0 AND ino "
+				      "<> 1);"
+				      "DELETE FROM inodes WHERE nlink = 0 AND "
+				      "ino <> 1;"
+				      "COMMIT");
 	if (rc) {
 		if (!sqlite3_get_autocommit(m->db) &&
 		    db_exec(m, "ROLLBACK") != 0)
@@ -1485,6 +1491,11 @@ static int load(struct meta *m)
 		meta_log("%s: the stored tree is inconsistent", m->path);
 		return -EIO;
 	}
+	if (m->cfg.adopt_kernel_refs)
+		for (size_t b = 0; b <= m->inodes.mask; b++)
+			for (struct hnode *h = m->inodes.b[b]; h; h = h->next)
+				container_of(h, struct inode, h)->nlookup =
+					META_NLOOKUP_UNKNOWN;
 	return 0;
 }
 
@@ -2738,7 +2749,9 @@ int meta_forget(struct meta *m, uint64_t ino, uint64_t n)
 		meta_log("meta_forget: no inode %" PRIu64, ino);
 		return -ENOENT;
 	}
-	if (n > in->nlookup) {
+	if (in->nlookup >= META_NLOOKUP_UNKNOWN) {
+		n = 0; /* adopted: the kernel's count is not known */
+	} else if (n > in->nlookup) {
 		meta_log("meta_forget: inode %" PRIu64 ": forget %" PRIu64
 			 " > lookup count %" PRIu64,
 			 ino, n, in->nlookup);

@@ -60,7 +60,14 @@ struct meta_config {
 	unsigned commit_interval_ms; /* group commit; 0: commit every change */
 	uint32_t root_mode;	     /* for a new store: S_IFDIR | 0755 */
 	uint32_t root_uid, root_gid;
+	/* A worker taking over a live mount (after its predecessor died):
+	 * the kernel still holds references the store never saw, so inodes
+	 * with no name are kept, and every inode counts as referenced until
+	 * the next mount (META_NLOOKUP_UNKNOWN). */
+	int adopt_kernel_refs;
 };
+
+#define META_NLOOKUP_UNKNOWN (1ull << 62)
 
 struct meta;
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../s3/s3.h"
@@ -29,6 +30,7 @@
 #include "data.h"
 #include "fs.h"
 #include "meta.h"
+#include "serve.h"
 
 #define DEFAULT_CACHE_SIZE (20ull << 30)
 
@@ -326,8 +328,48 @@ static void report(int fd, int err)
 	close(fd);
 }
 
-/* Everything after the fork: returns the exit status. */
-static int run(struct mount_opts *o, s3_client *s3, int report_fd)
+/* ---- the worker: one process serving the mount ----------------------------
+ */
+
+struct worker {
+	struct mount_opts *o;
+	struct fs *fs;
+	int report_fd;
+	unsigned flags; /* FS_START_* */
+};
+
+static void worker_signal(int sig)
+{
+	(void)sig;
+	serve_stop();
+}
+
+/* Runs in the worker once INIT is processed: the mount serves from now. */
+static void worker_ready(void *ctx, int takeover)
+{
+	struct worker *w = ctx;
+	if (takeover)
+		fprintf(stderr, "tierfs: worker %d took over the mount\n",
+			(int)getpid());
+	else
+		fprintf(stderr, "tierfs: s3://%s/%s mounted on %s\n",
+			w->o->bucket, w->o->prefix, w->o->mountpoint);
+	int rc = fs_start(w->fs, w->flags);
+	if (rc)
+		fprintf(stderr,
+			"tierfs: no background thread (%s): no "
+			"snapshots or reconciliation until unmount\n",
+			strerror(-rc));
+	report(w->report_fd, 0);
+	w->report_fd = -1;
+}
+
+/* Opens the store (loading the volume on a new cache dir), then serves
+ * the mount on fuse_fd until it ends. gen 0 is the first worker of this
+ * mount; a later one takes over from a dead predecessor. Returns the exit
+ * status: 0 when the mount ended and everything reached S3. */
+static int worker_main(struct mount_opts *o, s3_client *s3, int fuse_fd,
+		       unsigned gen, int report_fd)
 {
 	char path[PATH_MAX];
 	struct meta *meta = NULL;
@@ -335,12 +377,15 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	struct fuse_session *se = NULL;
 	int rc, status = 1;
 
-	rc = mkdir_p(o->cache_dir, 0700);
-	if (rc) {
-		fprintf(stderr, "tierfs: --cache-dir '%s': %s\n", o->cache_dir,
-			strerror(-rc));
-		goto out;
-	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = worker_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
 	/* The first mount on this cache dir starts from the volume's index
 	 * snapshot when there is one (the tree at once), else from a LIST. */
 	char loaded[PATH_MAX];
@@ -366,9 +411,14 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	struct meta_config mc;
 	meta_config_init(&mc);
 	mc.path = path;
+	/* every change is committed before it is answered: a killed worker
+	 * loses nothing the kernel was told (a commit is a write, not an
+	 * fsync; fsync and syncfs make it durable against power loss) */
+	mc.commit_interval_ms = 0;
 	mc.root_mode = S_IFDIR | (o->fs.defaults.dir_mode & 07777);
 	mc.root_uid = o->fs.defaults.uid;
 	mc.root_gid = o->fs.defaults.gid;
+	mc.adopt_kernel_refs = gen > 0;
 	rc = meta_open(&mc, &meta);
 	if (rc) {
 		fprintf(stderr, "tierfs: metadata store '%s': %s\n", path,
@@ -401,6 +451,85 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 		}
 		close(fd);
 	}
+	/* what a killed process left half-sent; its inodes are still dirty */
+	fs_abort_uploads(fs);
+
+	char *fargv[] = {"tierfs", NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(1, fargv);
+	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
+	fuse_opt_free_args(&args);
+	snprintf(path, sizeof(path), "/dev/fd/%d", fuse_fd);
+	if (!se || fuse_session_mount(se, path) != 0) {
+		fprintf(stderr, "tierfs: cannot serve the mount's /dev/fuse\n");
+		goto out;
+	}
+	fs_set_session(fs, se);
+	/* what other tools changed meanwhile shows after a reconciliation;
+	 * a tree just read from the listing needs none */
+	struct worker w = {
+		o, fs, report_fd,
+		(!first || from_snapshot ? FS_START_RECONCILE : 0) |
+			(from_snapshot ? FS_START_FROM_SNAPSHOT : 0)};
+	snprintf(path, sizeof(path), "%s/init.req", o->cache_dir);
+	struct serve_config sc = {SERVE_DEFAULT_THREADS, path, worker_ready,
+				  &w};
+	rc = serve_run(se, &sc);
+	report_fd = w.report_fd;
+	status = rc ? 1 : 0;
+	if (rc)
+		fprintf(stderr, "tierfs: serving the mount: %s\n",
+			strerror(-rc));
+out:
+	if (fs) {
+		fs_set_session(fs, NULL);
+		rc = fs_destroy(fs);
+		if (rc) {
+			fprintf(stderr,
+				"tierfs: not everything reached S3 (%s); it "
+				"stays in %s for the next mount\n",
+				strerror(-rc), o->cache_dir);
+			status = 1;
+		}
+	}
+	if (se)
+		fuse_session_destroy(se);
+	if (meta)
+		meta_close(meta);
+	report(report_fd, status ? EIO : 0);
+	return status;
+}
+
+/* ---- the supervisor: holds the mount, restarts dead workers ----------------
+ */
+
+static volatile sig_atomic_t stop_requested;
+static volatile pid_t current_worker;
+
+static void supervisor_signal(int sig)
+{
+	stop_requested = 1;
+	if (current_worker > 0)
+		kill(current_worker, sig == SIGINT ? SIGTERM : sig);
+}
+
+static const struct fuse_lowlevel_ops no_ops;
+
+/* Everything after the fork: mounts, then runs workers until one ends the
+ * mount. Returns the exit status. */
+static int run(struct mount_opts *o, s3_client *s3, int report_fd)
+{
+	char path[PATH_MAX];
+	int status = 1;
+	int rc = mkdir_p(o->cache_dir, 0700);
+	if (rc) {
+		fprintf(stderr, "tierfs: --cache-dir '%s': %s\n", o->cache_dir,
+			strerror(-rc));
+		report(report_fd, -rc);
+		return 1;
+	}
+	/* an INIT kept by an earlier mount is not this mount's */
+	snprintf(path, sizeof(path), "%s/init.req", o->cache_dir);
+	unlink(path);
 
 	char fsname[128];
 	snprintf(fsname, sizeof(fsname), "fsname=tierfs:%s", o->bucket);
@@ -413,60 +542,85 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 			 "ro",
 			 NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(o->fs.read_only ? 7 : 5, fargv);
-	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
+	struct fuse_session *se =
+		fuse_session_new(&args, &no_ops, sizeof(no_ops), NULL);
 	fuse_opt_free_args(&args);
-	if (!se || fuse_set_signal_handlers(se) != 0) {
-		fprintf(stderr, "tierfs: cannot create the FUSE session\n");
-		goto out;
-	}
-	if (fuse_session_mount(se, o->mountpoint) != 0) {
+	if (!se || fuse_session_mount(se, o->mountpoint) != 0) {
 		fprintf(stderr, "tierfs: cannot mount on '%s'\n",
 			o->mountpoint);
-		goto out_signals;
+		if (se)
+			fuse_session_destroy(se);
+		report(report_fd, EIO);
+		return 1;
 	}
-	fprintf(stderr, "tierfs: s3://%s/%s mounted on %s\n", o->bucket,
-		o->prefix, o->mountpoint);
-	/* what other tools changed meanwhile shows after a reconciliation;
-	 * a tree just read from the listing needs none */
-	fs_set_session(fs, se);
-	rc = fs_start(fs, (!first || from_snapshot ? FS_START_RECONCILE : 0) |
-				  (from_snapshot ? FS_START_FROM_SNAPSHOT : 0));
-	if (rc)
-		fprintf(stderr,
-			"tierfs: no background thread (%s): no "
-			"snapshots or reconciliation until unmount\n",
-			strerror(-rc));
-	report(report_fd, 0);
-	report_fd = -1;
+	int fuse_fd = fuse_session_fd(se);
 
-	struct fuse_loop_config *lc = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_clone_fd(lc, 0);
-	fuse_loop_cfg_set_max_threads(lc, 16);
-	rc = fuse_session_loop_mt(se, lc);
-	fuse_loop_cfg_destroy(lc);
-	fuse_session_unmount(se);
-	/* libfuse reports the signal that ended the loop (SIGTERM, SIGINT,
-	 * SIGHUP): that is a clean stop, like an unmount */
-	status = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP ? 0
-									  : 1;
-out_signals:
-	fuse_remove_signal_handlers(se);
-out:
-	if (se)
-		fuse_session_destroy(se);
-	if (fs) {
-		rc = fs_destroy(fs);
-		if (rc) {
-			fprintf(stderr,
-				"tierfs: not everything reached S3 (%s); it "
-				"stays in %s for the next mount\n",
-				strerror(-rc), o->cache_dir);
-			status = 1;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = supervisor_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	unsigned gen = 0, recent = 0;
+	time_t window = time(NULL);
+	for (;;) {
+		pid_t pid = fork();
+		if (pid == 0)
+			_exit(worker_main(o, s3, fuse_fd, gen,
+					  gen ? -1 : report_fd));
+		if (pid < 0) {
+			perror("tierfs: fork");
+			break;
 		}
+		if (gen == 0 && report_fd >= 0) {
+			close(report_fd); /* the worker reports */
+			report_fd = -1;
+		}
+		current_worker = pid;
+		int st;
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		current_worker = 0;
+		if (WIFEXITED(st)) {
+			status = WEXITSTATUS(st);
+			break;
+		}
+		/* killed: the mount lives on in a new worker, unless we
+		 * were told to stop or workers keep dying */
+		int sig = WTERMSIG(st);
+		time_t now = time(NULL);
+		if (now - window > 60) {
+			window = now;
+			recent = 0;
+		}
+		if (access(path, F_OK) != 0) {
+			fprintf(stderr,
+				"tierfs: worker %d died (signal %d) before "
+				"the mount was up\n",
+				(int)pid, sig);
+			break;
+		}
+		if (stop_requested || ++recent > 10) {
+			fprintf(stderr,
+				"tierfs: worker %d died (signal %d); %s\n",
+				(int)pid, sig,
+				stop_requested
+					? "stopping as asked"
+					: "too many restarts, giving up");
+			break;
+		}
+		fprintf(stderr,
+			"tierfs: worker %d died (signal %d); starting "
+			"another on the live mount\n",
+			(int)pid, sig);
+		gen++;
 	}
-	if (meta)
-		meta_close(meta);
-	report(report_fd, status ? EIO : 0);
+	fuse_session_unmount(se);
+	fuse_session_destroy(se);
+	unlink(path);
 	return status;
 }
 

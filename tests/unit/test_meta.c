@@ -1622,6 +1622,38 @@ static void test_adopt_rejects_what_is_not_a_store(void **state)
 	unlink(p);
 }
 
+static void
+test_adopting_kernel_refs_keeps_orphans_and_unlinked_inodes(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a"), ino;
+	uint64_t b = mkfile(f->m, ROOT, "b");
+	meta_ref(f->m, a, 1);
+	assert_int_equal(meta_unlink(f->m, ROOT, "a", 0, &ino), 0);
+	assert_int_equal(getattr(f->m, a).nlink, 0); /* open, unlinked */
+	assert_int_equal(meta_commit(f->m), 0);
+	/* the worker dies; its successor adopts the kernel's references */
+	meta_close(f->m);
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = f->path;
+	cfg.commit_interval_ms = 0;
+	cfg.adopt_kernel_refs = 1;
+	assert_int_equal(meta_open(&cfg, &f->m), 0);
+	assert_int_equal(getattr(f->m, a).nlink, 0); /* kept */
+	/* the kernel's counts are unknown: a forget deletes nothing */
+	assert_int_equal(meta_forget(f->m, a, 5), 0);
+	assert_int_equal(getattr(f->m, a).nlink, 0);
+	/* an unlinked inode the kernel may hold stays as an orphan */
+	assert_int_equal(meta_unlink(f->m, ROOT, "b", 0, &ino), 0);
+	assert_int_equal(getattr(f->m, b).nlink, 0);
+	/* a plain reopen (a new mount) deletes both */
+	reopen(f, SLOW_INTERVAL_MS);
+	struct meta_attr x;
+	assert_int_equal(meta_getattr(f->m, a, &x), -ENOENT);
+	assert_int_equal(meta_getattr(f->m, b, &x), -ENOENT);
+}
+
 static void test_dirty_list_survives_reopen(void **state)
 {
 	struct fixture *f = *state;
@@ -2168,6 +2200,7 @@ int main(void)
 		T(test_dirty_list_survives_reopen),
 		T(test_outbox_queues_deletions_with_the_unlink),
 		T(test_outbox_add_and_has),
+		T(test_adopting_kernel_refs_keeps_orphans_and_unlinked_inodes),
 		T(test_setattr_if_refuses_a_dirty_or_changed_inode),
 		T(test_snapshot_copies_the_tree_and_adopt_forgets_dirt),
 		T(test_adopt_rejects_what_is_not_a_store),

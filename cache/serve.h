@@ -1,0 +1,46 @@
+/* serve.h: serving a FUSE session from our own threads, so that a new
+ * worker process can take over a live mount from one that died.
+ *
+ * The kernel sends FUSE_INIT once per mount, and libfuse rejects every
+ * request until its session has processed one. The first worker saves the
+ * raw INIT request to a file before it processes it; a worker that takes
+ * over feeds that saved INIT to its own session (the kernel rejects the
+ * reply with ENOENT, which libfuse ignores), then writes a
+ * FUSE_NOTIFY_RESEND notification (Linux >= 6.9), so the kernel queues
+ * again every request the dead worker had read and not answered. Those
+ * arrive with FUSE_UNIQUE_RESEND set in their unique id, which
+ * serve_request_resent() reports to the handler, so that operations that
+ * are not idempotent by nature (create, unlink, rename...) can recognise
+ * their own earlier effect.
+ * Threading: serve_run() runs cfg->threads threads that each read and
+ * process requests; serve_stop() may be called from a signal handler.
+ * One serve_run() per process.
+ */
+#ifndef TIERFS_SERVE_H
+#define TIERFS_SERVE_H
+
+#define FUSE_USE_VERSION 35
+#include <fuse3/fuse_lowlevel.h>
+
+#define SERVE_DEFAULT_THREADS 16
+
+struct serve_config {
+	int threads;
+	const char *init_path; /* where the INIT request is kept (0600) */
+	/* called once INIT is processed, before the threads start */
+	void (*ready)(void *ctx, int takeover);
+	void *ready_ctx;
+};
+
+/* Serves se until the kernel ends the connection (unmount) or
+ * serve_stop(). Takes over (replays cfg->init_path and asks for a resend)
+ * when that file exists, else saves the first request there. 0 on unmount
+ * or stop, else -errno. */
+int serve_run(struct fuse_session *se, const struct serve_config *cfg);
+/* Ends serve_run(); async-signal-safe. */
+void serve_stop(void);
+/* 1 when the request this thread is handling was resent by the kernel
+ * after a worker died: its effect may already be in the store. */
+int serve_request_resent(void);
+
+#endif

@@ -1,0 +1,145 @@
+"""test_fs_restart.py: the mount survives its worker process dying.
+
+`tierfs mount` is a supervisor that holds /dev/fuse and a worker that
+serves it. Here the worker is killed with SIGKILL while programs work in
+the mount; a new worker takes over (saved INIT, FUSE_NOTIFY_RESEND), and
+the programs finish with no error and correct data. Run under
+`eval "$(hack/s3-local.sh env)"`; needs Linux >= 6.9.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from s3util import body, skip_unless_s3
+from tierfs_mount import Mount
+
+skip_unless_s3(tools=("fio",))
+
+from conftest import MOUNT_ARGS  # noqa: E402
+
+# Writes, appends, renames, reads back and checks, in a loop; prints
+# "ok N" at the end, or the first error and exits 1.
+LOOP = r'''
+import os, sys, zlib
+root, rounds = sys.argv[1], int(sys.argv[2])
+os.makedirs(f"{root}/loop", exist_ok=True)
+log = open(f"{root}/loop/journal", "ab")
+for i in range(rounds):
+    data = (b"%d:" % i) * (200 + i % 50)
+    p = f"{root}/loop/f{i % 20}"
+    with open(p + ".tmp", "wb") as f:
+        f.write(data)
+    os.rename(p + ".tmp", p)
+    with open(p, "rb") as f:
+        got = f.read()
+    if got != data:
+        print(f"round {i}: read back {len(got)} bytes, wanted {len(data)}")
+        sys.exit(1)
+    log.write(b"%d %08x\n" % (i, zlib.crc32(data)))
+    log.flush()
+    if i % 7 == 0:
+        os.mkdir(f"{root}/loop/d{i}")
+        os.rmdir(f"{root}/loop/d{i}")
+log.close()
+lines = open(f"{root}/loop/journal", "rb").read().splitlines()
+if len(lines) != rounds:
+    print(f"journal has {len(lines)} lines, wanted {rounds}")
+    sys.exit(1)
+print(f"ok {rounds}")
+'''
+
+
+ROUNDS = 4000
+
+
+def worker_pid(m):
+    out = subprocess.run(["pgrep", "-P", str(m.proc.pid)], capture_output=True,
+                         text=True).stdout.split()
+    assert len(out) == 1, f"workers: {out}"
+    return int(out[0])
+
+
+def kill_worker(m):
+    """SIGKILLs the worker and waits until another one serves."""
+    old = worker_pid(m)
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        out = subprocess.run(["pgrep", "-P", str(m.proc.pid)],
+                             capture_output=True, text=True).stdout.split()
+        if out and int(out[0]) != old:
+            return
+        time.sleep(0.05)
+    raise AssertionError("no new worker:\n" + m.output())
+
+
+def test_killing_the_worker_under_load_loses_nothing_and_fails_nothing(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    root = Path(m.mountpoint)
+    try:
+        loop = subprocess.Popen([sys.executable, "-c", LOOP, str(root),
+                                 str(ROUNDS)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        fio = subprocess.Popen(
+            ["fio", "--name=verify", f"--directory={root}", "--rw=randwrite",
+             "--bs=4k", "--size=8M", "--numjobs=2", "--ioengine=psync",
+             "--verify=crc32c", "--verify_fatal=1", "--loops=40",
+             "--output-format=terse"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(3):
+            time.sleep(0.7)
+            # the kills must land while both still run
+            assert loop.poll() is None and fio.poll() is None
+            kill_worker(m)
+        out, _ = loop.communicate(timeout=300)
+        assert loop.returncode == 0, out
+        assert out.strip() == f"ok {ROUNDS}"
+        fout, _ = fio.communicate(timeout=300)
+        assert fio.returncode == 0, fout
+        # the tree is whole after the restarts
+        assert sorted(os.listdir(root / "loop")) == \
+            sorted(["journal"] + [f"f{i}" for i in range(20)])
+    finally:
+        rc = m.unmount()
+        assert rc == 0, m.output()
+    assert m.output().count("took over the mount") == 3
+    # and everything reached S3
+    journal = body(s3, f"{prefix}/loop/journal").splitlines()
+    assert len(journal) == ROUNDS
+    last = ROUNDS - 1
+    assert body(s3, f"{prefix}/loop/f{last % 20}") == \
+        b"%d:" % last * (200 + last % 50)
+
+
+def test_a_file_open_across_a_restart_keeps_working(volume, s3, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    root = Path(m.mountpoint)
+    try:
+        fd = os.open(root / "open", os.O_CREAT | os.O_RDWR, 0o644)
+        os.write(fd, b"before\n")
+        os.unlink(root / "gone-but-open") if (root / "gone-but-open").exists() \
+            else None
+        fd2 = os.open(root / "gone-but-open", os.O_CREAT | os.O_RDWR, 0o644)
+        os.write(fd2, b"still here\n")
+        os.fsync(fd2)
+        os.unlink(root / "gone-but-open")
+        kill_worker(m)
+        os.write(fd, b"after\n")
+        os.fsync(fd)
+        assert os.pread(fd, 100, 0) == b"before\nafter\n"
+        os.close(fd)
+        # unlinked while open: still readable through the open descriptor
+        assert os.pread(fd2, 100, 0) == b"still here\n"
+        os.close(fd2)
+        assert not (root / "gone-but-open").exists()
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/open") == b"before\nafter\n"
