@@ -60,7 +60,9 @@ for i in $(seq 1 "$RUNS"); do
 	t1=$(date +%s.%N)
 	files=$(find "$WORK/mnt" -type f | wc -l)
 	t2=$(date +%s.%N)
-	rss=$(ps -o rss= -p "$(pgrep -f "tierfs mount s3://$BUCKET/$PREFIX " | head -1)")
+	# the supervisor and its worker: the worker is the big one
+	rss=$(ps -o rss= -p "$(pgrep -d, -f "tierfs mount s3://$BUCKET/$PREFIX ")" |
+		sort -n | tail -1)
 	fusermount3 -u "$WORK/mnt"
 	while pgrep -f "tierfs mount s3://$BUCKET/$PREFIX " >/dev/null; do
 		sleep 0.2
