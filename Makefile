@@ -29,7 +29,7 @@ SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c s3/units.c
-CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c \
+CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c \
 	cache/fs.c
 UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units

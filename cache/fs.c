@@ -68,6 +68,14 @@ void fs_config_init(struct fs_config *cfg)
 	cfg->attr_timeout = FS_DEFAULT_TIMEOUT_S;
 	cfg->snapshot_interval_ms = FS_DEFAULT_SNAPSHOT_INTERVAL_MS;
 	cfg->reconcile_interval_ms = FS_DEFAULT_RECONCILE_INTERVAL_MS;
+	cfg->lease_interval_ms = LEASE_RENEW_S * 1000u;
+}
+
+/* Mounted read-only, or fenced: another node took the write lease. */
+static int read_only(struct fs *fs)
+{
+	return fs->cfg.read_only ||
+	       __atomic_load_n(&fs->fenced, __ATOMIC_RELAXED);
 }
 
 /* --- the dirty set ------------------------------------------------------ */
@@ -373,6 +381,8 @@ static int drain_outbox(struct fs *fs)
 {
 	uint64_t ids[S3_MAX_DELETE_BATCH];
 	char *keys[S3_MAX_DELETE_BATCH];
+	if (read_only(fs))
+		return fs->cfg.read_only ? 0 : -EROFS;
 	for (;;) {
 		struct s3_error e;
 		ssize_t n = meta_outbox_peek(fs->meta, S3_MAX_DELETE_BATCH, ids,
@@ -558,6 +568,11 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	if (rc) {
 		pthread_rwlock_unlock(&fs->s3_lock);
 		return rc;
+	}
+	if (read_only(fs)) { /* fenced: S3 is another node's now */
+		unclaim(fs, ino, NULL);
+		pthread_rwlock_unlock(&fs->s3_lock);
+		return -EROFS;
 	}
 	rc = meta_getattr(fs->meta, ino, &a);
 	if (rc || a.nlink == 0 || a.dirty == 0) {
@@ -851,9 +866,12 @@ int fs_destroy(struct fs *fs)
 	pthread_mutex_unlock(&fs->lock);
 	pthread_join(fs->flusher, NULL);
 	int rc = fs_flush_all(fs);
-	/* everything is in S3: the index a new node starts from */
+	/* everything is in S3: the index a new node starts from; then the
+	 * volume is free for another node */
 	if (rc == 0)
 		rc = fs_snapshot(fs);
+	if (rc == 0 && fs->cfg.lease && !read_only(fs))
+		lease_release(fs->cfg.lease);
 	close_all_handles(fs);
 	data_close(fs->data);
 	pthread_cond_destroy(&fs->bg_wake);
@@ -1046,7 +1064,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	unsigned mask = 0;
 	struct timespec now = fs_now_real();
 	(void)fi;
-	int rc = meta_getattr(fs->meta, ino, &cur);
+	int rc = read_only(fs) ? -EROFS : meta_getattr(fs->meta, ino, &cur);
 	if (rc)
 		goto fail;
 	memset(&in, 0, sizeof(in));
@@ -1123,7 +1141,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int rc = check_name(name);
 	if (rc)
 		return rc;
-	if (fs->cfg.read_only)
+	if (read_only(fs))
 		return -EROFS;
 	struct meta_attr in = {.mode = mode,
 			       .uid = ctx->uid,
@@ -1187,7 +1205,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	char *path = NULL, etag[S3_ETAG_MAX] = "";
 	struct meta_attr a;
 	uint64_t ino;
-	int rc = fs->cfg.read_only ? -EROFS : check_name(name);
+	int rc = read_only(fs) ? -EROFS : check_name(name);
 	if (!rc)
 		rc = child_path(fs, parent, name, &path);
 	if (!rc)
@@ -1396,7 +1414,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	     *new_key = NULL;
 	struct move m = {0};
 	struct s3_error e;
-	int rc = fs->cfg.read_only ? -EROFS : 0;
+	int rc = read_only(fs) ? -EROFS : 0;
 	if (!rc && (check_name(name) || check_name(newname)))
 		rc = -ENAMETOOLONG;
 	if (!rc)
@@ -1491,7 +1509,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 {
 	struct fs *fs = FS(req);
 	struct meta_attr a;
-	int rc = fs->cfg.read_only ? -EROFS : check_name(newname);
+	int rc = read_only(fs) ? -EROFS : check_name(newname);
 	if (!rc)
 		rc = meta_link(fs->meta, ino, newparent, newname, &a);
 	if (rc == -EEXIST && serve_request_resent() &&
@@ -1587,7 +1605,7 @@ static int open_handle(struct fs *fs, uint64_t ino, struct fuse_file_info *fi)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
-	if (fs->cfg.read_only && (fi->flags & O_ACCMODE) != O_RDONLY) {
+	if (read_only(fs) && (fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
@@ -1649,7 +1667,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct fs *fs = FS(req);
 	struct data_file *df;
 	(void)fi;
-	int rc = file_ref(fs, ino, 0, &df);
+	int rc = read_only(fs) ? -EROFS : file_ref(fs, ino, 0, &df);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -1858,9 +1876,9 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
 	struct fs *fs = FS(req);
-	int rc = fs->cfg.read_only ? -EROFS
-				   : meta_setxattr(fs->meta, ino, name, value,
-						   size, flags);
+	int rc = read_only(fs) ? -EROFS
+			       : meta_setxattr(fs->meta, ino, name, value, size,
+					       flags);
 	if (rc == -EEXIST && serve_request_resent())
 		rc = meta_setxattr(fs->meta, ino, name, value, size, 0);
 	if (!rc)
@@ -1904,8 +1922,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct fs *fs = FS(req);
-	int rc = fs->cfg.read_only ? -EROFS
-				   : meta_removexattr(fs->meta, ino, name);
+	int rc = read_only(fs) ? -EROFS : meta_removexattr(fs->meta, ino, name);
 	if (rc == -ENODATA && serve_request_resent())
 		rc = 0;
 	if (!rc)

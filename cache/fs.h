@@ -29,6 +29,7 @@
 #include "../s3/s3.h"
 #include "data.h"
 #include "layout.h"
+#include "lease.h"
 #include "meta.h"
 
 #define FS_DEFAULT_UPLOAD_DELAY_MS 2000u
@@ -51,6 +52,8 @@ struct fs_config {
 	const char *cache_dir; /* scratch space for snapshots; NULL: none */
 	unsigned snapshot_interval_ms;	/* 0: only at unmount */
 	unsigned reconcile_interval_ms; /* 0: never after the first */
+	struct lease *lease;		/* the write lease to renew; borrowed */
+	unsigned lease_interval_ms;	/* renewal period */
 };
 
 struct fs;

@@ -73,7 +73,8 @@ struct fs {
 	pthread_cond_t bg_wake; /* with lock */
 	pthread_t bg;
 	int has_bg;
-	int reconcile_soon;    /* protected by lock */
+	int reconcile_soon; /* protected by lock */
+	int fenced; /* atomic: another node took the lease; no more writes */
 	uint64_t snap_changes; /* meta_changes() at the last snapshot */
 	int snap_known;	       /* snap_changes is valid */
 

@@ -931,6 +931,25 @@ int fs_abort_uploads(struct fs *fs)
 
 /* ---- the background thread ----------------------------------------------- */
 
+/* Renews the write lease; another holder fences this mount for good. */
+static void renew_lease(struct fs *fs)
+{
+	char why[256];
+	if (__atomic_load_n(&fs->fenced, __ATOMIC_RELAXED))
+		return;
+	int rc = lease_renew(fs->cfg.lease, why, sizeof(why));
+	if (rc == -EBUSY) {
+		__atomic_store_n(&fs->fenced, 1, __ATOMIC_RELAXED);
+		fs_log("the write lease was taken over (%s): this mount is "
+		       "read-only from now, and what it had not uploaded "
+		       "stays in its cache dir",
+		       why);
+	} else if (rc) {
+		fs_log("renewing the write lease failed: %s; will retry",
+		       strerror(-rc));
+	}
+}
+
 static void *bg_main(void *arg)
 {
 	struct fs *fs = arg;
@@ -940,12 +959,17 @@ static void *bg_main(void *arg)
 	uint64_t next_snap = snap_every ? now + snap_every : UINT64_MAX;
 	uint64_t next_rec = rec_every ? now + rec_every : UINT64_MAX;
 	uint64_t snap_check = next_snap; /* when to look next */
+	uint64_t next_lease = fs->cfg.lease && !fs->cfg.read_only
+				      ? now + fs->cfg.lease_interval_ms
+				      : UINT64_MAX;
 	pthread_mutex_lock(&fs->lock);
 	while (!fs->stop) {
 		now = fs_now_ms();
 		if (fs->reconcile_soon)
 			next_rec = now;
 		uint64_t due = snap_check < next_rec ? snap_check : next_rec;
+		if (next_lease < due)
+			due = next_lease;
 		if (due > now) {
 			uint64_t wait = due - now;
 			if (wait > 60000)
@@ -965,7 +989,10 @@ static void *bg_main(void *arg)
 		fs->reconcile_soon = 0;
 		size_t ndirty = fs->ndirty;
 		pthread_mutex_unlock(&fs->lock);
-		if (rec) {
+		if (next_lease <= now) {
+			renew_lease(fs);
+			next_lease = fs_now_ms() + fs->cfg.lease_interval_ms;
+		} else if (rec) {
 			if (fs_reconcile(fs) != 0)
 				fs_log("reconciliation failed; will retry");
 			next_rec = rec_every ? fs_now_ms() + rec_every

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -29,6 +30,7 @@
 #include "../s3/units.h"
 #include "data.h"
 #include "fs.h"
+#include "lease.h"
 #include "meta.h"
 #include "serve.h"
 
@@ -45,6 +47,7 @@ struct mount_opts {
 	struct fs_config fs;
 	int foreground;
 	int verbose;
+	int take_over; /* --take-over: the lease's holder is known gone */
 };
 
 static void usage(FILE *f)
@@ -56,7 +59,10 @@ static void usage(FILE *f)
 		"           [--uid N] [--gid N] [--file-mode 0644] [--dir-mode 0755]\n"
 		"           [--durability s3|local] [--upload-delay 2s] [--read-only]\n"
 		"           [--snapshot-interval 5m] [--reconcile-interval 10m]\n"
+		"           [--take-over] [--lease-interval 30s]\n"
 		"           [-f] [--log-level debug|info|warn|error]\n"
+		"       tierfs unmount MOUNTPOINT --cache-dir DIR [--timeout 10m]\n"
+		"           (returns 0 once everything is in S3)\n"
 		"Credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and\n"
 		"AWS_SESSION_TOKEN), or --credentials-file with mode 0600.\n");
 }
@@ -166,6 +172,8 @@ enum {
 	OPT_SNAPSHOT_INTERVAL,
 	OPT_RECONCILE_INTERVAL,
 	OPT_READ_ONLY,
+	OPT_TAKE_OVER,
+	OPT_LEASE_INTERVAL,
 	OPT_LOG_LEVEL,
 };
 
@@ -185,6 +193,8 @@ static const struct option long_opts[] = {
 	{"snapshot-interval", required_argument, NULL, OPT_SNAPSHOT_INTERVAL},
 	{"reconcile-interval", required_argument, NULL, OPT_RECONCILE_INTERVAL},
 	{"read-only", no_argument, NULL, OPT_READ_ONLY},
+	{"take-over", no_argument, NULL, OPT_TAKE_OVER},
+	{"lease-interval", required_argument, NULL, OPT_LEASE_INTERVAL},
 	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
 	{"foreground", no_argument, NULL, 'f'},
 	{"help", no_argument, NULL, 'h'},
@@ -252,6 +262,16 @@ static int parse_args(int argc, char **argv, struct mount_opts *o)
 			break;
 		case OPT_READ_ONLY:
 			o->fs.read_only = 1;
+			break;
+		case OPT_TAKE_OVER:
+			o->take_over = 1;
+			break;
+		case OPT_LEASE_INTERVAL:
+			rc = parse_delay("--lease-interval", optarg,
+					 &o->fs.lease_interval_ms);
+			if (!rc && o->fs.lease_interval_ms < 100)
+				rc = bad("--lease-interval", optarg,
+					 "at least 100ms");
 			break;
 		case OPT_LOG_LEVEL:
 			if (!strcmp(optarg, "debug"))
@@ -499,6 +519,35 @@ out:
 	return status;
 }
 
+/* ---- the state file: what runs for this cache dir ------------------------ */
+
+/* CACHE_DIR/state (0600, replaced whole): the volume, the mountpoint, the
+ * supervisor's and the worker's pids, and, once it stopped, whether
+ * everything reached S3. A launcher that restarts finds its daemons here,
+ * and `tierfs unmount` waits on it. */
+static void write_state(const struct mount_opts *o, pid_t worker,
+			const char *state, int status)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s/state", o->cache_dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	char real[PATH_MAX];
+	if (!realpath(o->mountpoint, real))
+		snprintf(real, sizeof(real), "%s", o->mountpoint);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fchmod(fileno(f), 0600);
+	fprintf(f,
+		"volume=s3://%s/%s\nmountpoint=%s\nsupervisor=%d\nworker=%d\n"
+		"state=%s\n",
+		o->bucket, o->prefix, real, (int)getpid(), (int)worker, state);
+	if (!strcmp(state, "stopped"))
+		fprintf(f, "result=%s\n", status ? "dirty" : "clean");
+	if (fclose(f) == 0)
+		rename(tmp, path);
+}
+
 /* ---- the supervisor: holds the mount, restarts dead workers ----------------
  */
 
@@ -580,6 +629,7 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 			report_fd = -1;
 		}
 		current_worker = pid;
+		write_state(o, pid, "serving", 0);
 		int st;
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
@@ -621,6 +671,7 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	fuse_session_unmount(se);
 	fuse_session_destroy(se);
 	unlink(path);
+	write_state(o, 0, "stopped", status);
 	return status;
 }
 
@@ -631,6 +682,8 @@ static int mount_main(int argc, char **argv)
 	s3_client *s3 = NULL;
 	char why[512];
 	int status = 2;
+	struct lease lease;
+	int have_lease = 0;
 
 	memset(&o, 0, sizeof(o));
 	s3_config_init(&o.s3);
@@ -663,6 +716,34 @@ static int mount_main(int argc, char **argv)
 		fprintf(stderr, "tierfs: bucket '%s': %s: %s\n", o.bucket,
 			e.code, e.message);
 		goto out;
+	}
+	/* one writer per volume: the lease, before anything is mounted */
+	if (!o.fs.read_only) {
+		rc = mkdir_p(o.cache_dir, 0700);
+		if (!rc)
+			rc = lease_init(&lease, s3, o.bucket, o.prefix,
+					o.cache_dir);
+		have_lease = rc == 0;
+		if (!rc)
+			rc = lease_acquire(&lease, o.take_over, why,
+					   sizeof(why));
+		if (rc == -EBUSY) {
+			fprintf(stderr,
+				"tierfs: s3://%s/%s is mounted read-write "
+				"elsewhere: its lease is %s. Mount it "
+				"--read-only, or pass --take-over once that "
+				"node is gone\n",
+				o.bucket, o.prefix, why);
+			goto out;
+		}
+		if (rc) {
+			fprintf(stderr, "tierfs: taking the write lease: %s\n",
+				strerror(-rc));
+			goto out;
+		}
+		if (o.take_over)
+			fprintf(stderr, "tierfs: took the write lease over\n");
+		o.fs.lease = &lease;
 	}
 
 	if (o.foreground) {
@@ -710,6 +791,8 @@ static int mount_main(int argc, char **argv)
 		status = 0;
 	}
 out:
+	if (have_lease)
+		lease_free(&lease);
 	s3_client_destroy(s3);
 	s3_credentials_free(&creds);
 	free(o.bucket);
@@ -717,10 +800,129 @@ out:
 	return status;
 }
 
+/* ---- tierfs unmount ------------------------------------------------------ */
+
+static void state_field(const char *body, const char *name, char *out,
+			size_t len)
+{
+	size_t nl = strlen(name);
+	out[0] = '\0';
+	for (const char *p = body; p && *p;) {
+		if (!strncmp(p, name, nl) && p[nl] == '=') {
+			size_t n = strcspn(p + nl + 1, "\n");
+			snprintf(out, len, "%.*s", (int)n, p + nl + 1);
+			return;
+		}
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+}
+
+static int read_state(const char *cache_dir, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/state", cache_dir);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -EIO;
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Unmounts and waits until the daemon has put everything in S3 (what
+ * NodeUnstage needs): 0 then, 1 when something stayed behind, 2 for bad
+ * arguments. */
+static int unmount_main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"cache-dir", required_argument, NULL, 'c'},
+		{"timeout", required_argument, NULL, 't'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *cache_dir = NULL;
+	unsigned timeout_ms = 600000;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c == 'c')
+			cache_dir = optarg;
+		else if (c == 't' &&
+			 parse_delay("--timeout", optarg, &timeout_ms) == 0)
+			continue;
+		else
+			return 2;
+	}
+	if (argc - optind != 1 || !cache_dir) {
+		fprintf(stderr, "usage: tierfs unmount MOUNTPOINT --cache-dir "
+				"DIR [--timeout 10m]\n");
+		return 2;
+	}
+	char mnt[PATH_MAX], st[2048], pid_s[32], result[32], where[PATH_MAX];
+	if (!realpath(argv[optind], mnt)) {
+		fprintf(stderr, "tierfs: '%s': %s\n", argv[optind],
+			strerror(errno));
+		return 2;
+	}
+	if (read_state(cache_dir, st, sizeof(st)) != 0) {
+		fprintf(stderr, "tierfs: no daemon state in '%s'\n", cache_dir);
+		return 2;
+	}
+	state_field(st, "mountpoint", where, sizeof(where));
+	state_field(st, "supervisor", pid_s, sizeof(pid_s));
+	if (strcmp(where, mnt) != 0) {
+		fprintf(stderr, "tierfs: '%s' serves '%s', not '%s'\n",
+			cache_dir, where, mnt);
+		return 2;
+	}
+	if (umount2(mnt, 0) != 0 && errno != EINVAL) {
+		fprintf(stderr, "tierfs: umount '%s': %s\n", mnt,
+			strerror(errno));
+		return 1;
+	}
+	pid_t pid = (pid_t)strtol(pid_s, NULL, 10);
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		if (read_state(cache_dir, st, sizeof(st)) == 0) {
+			state_field(st, "result", result, sizeof(result));
+			if (result[0])
+				break;
+		}
+		if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+			result[0] = '\0';
+			break; /* gone without saying how it ended */
+		}
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000 +
+			    (now.tv_nsec - t0.tv_nsec) / 1000000 >
+		    (long)timeout_ms) {
+			fprintf(stderr, "tierfs: the daemon is still uploading "
+					"after the timeout\n");
+			return 1;
+		}
+		usleep(50 * 1000);
+	}
+	if (strcmp(result, "clean") != 0) {
+		fprintf(stderr,
+			"tierfs: not everything reached S3; it stays in %s "
+			"for the next mount\n",
+			cache_dir);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "mount") == 0)
 		return mount_main(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "unmount") == 0)
+		return unmount_main(argc - 1, argv + 1);
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
 		usage(stdout);

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from s3util import body, skip_unless_s3
-from tierfs_mount import Mount
+from tierfs_mount import TIERFS, Mount
 
 skip_unless_s3(tools=("fio",))
 
@@ -143,3 +143,39 @@ def test_a_file_open_across_a_restart_keeps_working(volume, s3, tmp_path):
     finally:
         assert m.unmount() == 0, m.output()
     assert body(s3, f"{prefix}/open") == b"before\nafter\n"
+
+
+def test_the_daemon_outlives_its_launcher_and_unmount_waits_for_s3(
+        volume, s3, tmp_path):
+    import hashlib
+    url, prefix = volume
+    mnt, cache = tmp_path / "m", tmp_path / "c"
+    mnt.mkdir()
+    # a launcher (the CSI node plugin, later) starts the daemon, then dies
+    # with its whole process group
+    launcher = subprocess.Popen(
+        ["sh", "-c", f'"{TIERFS}" mount {url} {mnt} --cache-dir {cache} '
+                     f'--upload-delay 60s && sleep 600'],
+        start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not os.path.ismount(mnt):
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.05)
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    state = dict(line.split("=", 1) for line in
+                 (cache / "state").read_text().splitlines())
+    assert state["state"] == "serving"
+    assert state["mountpoint"] == str(mnt.resolve())
+    os.kill(int(state["supervisor"]), 0)  # still running
+    data = os.urandom(20 << 20)
+    (mnt / "big").write_bytes(data)  # dirty: the upload is 60 s away
+    r = subprocess.run([TIERFS, "unmount", str(mnt), "--cache-dir",
+                        str(cache)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.ismount(mnt)
+    # it returned once the data was in S3
+    got = body(s3, f"{prefix}/big")
+    assert hashlib.md5(got).digest() == hashlib.md5(data).digest()
+    assert "result=clean" in (cache / "state").read_text()

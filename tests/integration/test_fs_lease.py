@@ -1,0 +1,98 @@
+"""test_fs_lease.py: one writer per volume, through the lease in PREFIX/.tierfs/.
+
+A second read-write mount of a volume (another cache dir: another node) is
+refused while the first holds the lease; a read-only one is not. A clean
+unmount frees the volume. After a node dies, taking over is explicit
+(--take-over), and a holder that finds its lease taken stops writing.
+Run under `eval "$(hack/s3-local.sh env)"`.
+"""
+
+import errno
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from s3util import body, keys, skip_unless_s3
+from tierfs_mount import TIERFS, Mount
+
+skip_unless_s3()
+
+
+def try_mount(url, tmp_path, name, *extra):
+    """`tierfs mount` in the background (not -f); returns the CompletedProcess."""
+    (tmp_path / name).mkdir(exist_ok=True)
+    return subprocess.run([TIERFS, "mount", url, str(tmp_path / name),
+                           "--cache-dir", str(tmp_path / (name + "-cache")),
+                           *extra], capture_output=True, text=True, timeout=60)
+
+
+def test_a_second_writer_is_refused_until_the_first_unmounts(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    a = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"))
+    try:
+        (Path(a.mountpoint) / "f").write_text("from a\n")
+        assert f"{prefix}/.tierfs/lease" in keys(s3, prefix + "/")
+        r = try_mount(url, tmp_path, "b")
+        assert r.returncode != 0
+        assert "mounted read-write elsewhere" in r.stderr
+        assert "--take-over" in r.stderr
+        assert not os.path.ismount(tmp_path / "b")
+        # readers are welcome
+        ro = Mount(url, str(tmp_path / "ro"), str(tmp_path / "cro"),
+                   "--read-only")
+        try:
+            with pytest.raises(OSError) as e:
+                (Path(ro.mountpoint) / "g").write_text("no\n")
+            assert e.value.errno == errno.EROFS
+        finally:
+            assert ro.unmount() == 0, ro.output()
+    finally:
+        assert a.unmount() == 0, a.output()
+    assert f"{prefix}/.tierfs/lease" not in keys(s3, prefix + "/")
+    b = Mount(url, str(tmp_path / "b"), str(tmp_path / "cb"))
+    try:
+        assert (Path(b.mountpoint) / "f").read_text() == "from a\n"
+    finally:
+        assert b.unmount() == 0, b.output()
+
+
+def test_after_a_node_dies_taking_over_is_explicit_and_fences_the_old_one(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    old = Mount(url, str(tmp_path / "old"), str(tmp_path / "cold"),
+                "--lease-interval", "500ms", "--upload-delay", "100ms")
+    new = None
+    try:
+        (Path(old.mountpoint) / "f").write_text("old\n")
+        time.sleep(1)  # uploaded
+        # the old node looks dead (it still runs: the worst case)
+        r = try_mount(url, tmp_path, "new")
+        assert r.returncode != 0 and "--take-over" in r.stderr
+        new = Mount(url, str(tmp_path / "new"), str(tmp_path / "cnew"),
+                    "--take-over")
+        assert "took the write lease over" in new.output()
+        (Path(new.mountpoint) / "f").write_text("new\n")
+        fd = os.open(Path(new.mountpoint) / "f", os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        # within a renewal or two the old one knows it is fenced
+        deadline = time.monotonic() + 15
+        while "write lease was taken over" not in old.output():
+            assert time.monotonic() < deadline, old.output()
+            time.sleep(0.2)
+        with pytest.raises(OSError) as e:
+            (Path(old.mountpoint) / "late").write_text("late\n")
+        assert e.value.errno == errno.EROFS
+        time.sleep(1)
+        assert body(s3, f"{prefix}/f") == b"new\n"
+        assert f"{prefix}/late" not in keys(s3, prefix + "/")
+    finally:
+        if new:
+            assert new.unmount() == 0, new.output()
+        old.proc.send_signal(signal.SIGKILL)
+        old.unmount()
