@@ -429,7 +429,7 @@ static int upload_delta(struct fs *fs, struct data_file *df, const char *key,
 	struct s3_object_info info;
 	struct s3_error e = {0};
 	uint64_t size = data_size(df);
-	if (!old_etag[0] ||
+	if (!old_etag[0] || strcmp(old_etag, FS_ETAG_UNKNOWN) == 0 ||
 	    size <= s3_client_config(fs->s3)->multipart_threshold)
 		return -EAGAIN;
 	if (s3_head_object(fs->s3, fs->bucket, key, &info, &e) != 0)
@@ -603,6 +603,10 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	fs_touch(fs, key, 0);
 	/* a deletion still queued for this key would destroy what we write */
 	rc = meta_outbox_cancel(fs->meta, key);
+	char known[S3_ETAG_MAX];
+	meta_get_etag(fs->meta, ino, known, sizeof(known));
+	if (!rc && !known[0]) /* committed before the first PUT can land */
+		rc = meta_set_etag(fs->meta, ino, FS_ETAG_UNKNOWN);
 	if (rc) {
 		layout_headers_free(&h);
 		goto out;
@@ -721,8 +725,15 @@ int fs_flush_all(struct fs *fs)
 	pthread_rwlock_wrlock(&fs->s3_lock);
 	int rc = drain_outbox(fs);
 	pthread_rwlock_unlock(&fs->s3_lock);
-	uint64_t *inos = take_due(fs, UINT64_MAX, &n);
-	int rc2 = sync_list(fs, inos, n);
+	/* everything dirty in the store, not only what the set holds: an
+	 * inode the flusher is uploading right now is out of the set, and
+	 * syncing it here waits for that upload (the claim), then sends
+	 * whatever is still dirty */
+	free(take_due(fs, UINT64_MAX, &n));
+	uint64_t *inos = NULL;
+	int rc2 = meta_dirty_list(fs->meta, &inos, &n);
+	if (!rc2)
+		rc2 = sync_list(fs, inos, n);
 	free(inos);
 	if (!rc)
 		rc = rc2;
@@ -780,8 +791,9 @@ static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 	if (rc)
 		return rc;
 	meta_get_etag(fs->meta, ino, etag, sizeof(etag));
+	int pinned = etag[0] && strcmp(etag, FS_ETAG_UNKNOWN) != 0;
 	ssize_t n = s3_get_parallel(fs->s3, fs->bucket, key, off, len, fd,
-				    fd_off, etag[0] ? etag : NULL, &e);
+				    fd_off, pinned ? etag : NULL, &e);
 	if (n == -ERANGE || n == -ENOENT)
 		n = 0; /* past the end, or never uploaded: zeros */
 	else if (n < 0)
@@ -1202,7 +1214,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 			int want_dir)
 {
 	struct fs *fs = FS(req);
-	char *path = NULL, etag[S3_ETAG_MAX] = "";
+	char *path = NULL;
 	struct meta_attr a;
 	uint64_t ino;
 	int rc = read_only(fs) ? -EROFS : check_name(name);
@@ -1210,14 +1222,13 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = child_path(fs, parent, name, &path);
 	if (!rc)
 		rc = meta_lookup(fs->meta, parent, name, &a);
-	if (!rc)
-		meta_get_etag(fs->meta, a.ino, etag, sizeof(etag));
-	/* A name never uploaded has no object; an upload racing with us
-	 * deletes its own object when it finds the name gone (sync_inode).
-	 * Otherwise the deletion goes into the outbox with the unlink, in one
-	 * transaction, and the flusher sends it in a batch. */
+	/* The deletion goes into the outbox with the unlink, in one
+	 * transaction, and the flusher sends it in a batch, after any upload
+	 * in flight (it holds s3_lock alone). Even for a name not uploaded
+	 * yet: its first upload may be in flight, and a crash before that
+	 * upload's own clean-up would leave the object to come back. */
 	char *key = NULL;
-	if (!rc && etag[0])
+	if (!rc)
 		rc = layout_key(fs->prefix, path, want_dir, &key);
 	if (!rc)
 		rc = meta_unlink_queue(fs->meta, parent, name, want_dir, key,
@@ -1466,22 +1477,20 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 				rc = 0;
 		}
 	}
+	/* then the old names go, through the outbox, queued with the rename
+	 * in one transaction, so that a crash cannot leave them behind to
+	 * reappear (nor lose them) */
 	uint64_t replaced = 0;
+	const char *const *gone = old_key ? (const char *const *)&old_key
+					  : (const char *const *)m.done;
+	size_t ngone = old_key ? 1 : m.ndone;
 	if (!rc)
-		rc = meta_rename(fs->meta, parent, name, newparent, newname,
-				 flags, &replaced);
+		rc = meta_rename_queue(fs->meta, parent, name, newparent,
+				       newname, flags, gone, ngone, &replaced);
 	if (!rc) {
 		mark_dirty(fs, parent, META_DIRTY_ATTR);
 		if (newparent != parent)
 			mark_dirty(fs, newparent, META_DIRTY_ATTR);
-		/* then the old names go, through the outbox, so that a
-		 * crash cannot leave them behind to reappear */
-		if (old_key)
-			meta_outbox_add(fs->meta, (const char *const *)&old_key,
-					1);
-		if (m.ndone)
-			meta_outbox_add(fs->meta, (const char *const *)m.done,
-					m.ndone);
 		/* fault injection for tests: widen the window in which S3
 		 * still lists the old names the store no longer has */
 		const char *pause = getenv("TIERFS_DEBUG_RENAME_PAUSE_MS");
@@ -1684,8 +1693,10 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct meta_attr in = {.size = data_size(df), .mtime = fs_now_real()};
 	struct meta_attr out;
 	data_put(df);
+	/* grow only: two writes answered in the other order must not leave
+	 * the smaller end as the size */
 	meta_setattr(fs->meta, ino,
-		     (in.size != old ? META_SET_SIZE : 0) | META_SET_MTIME, &in,
+		     (in.size != old ? META_SET_GROW : 0) | META_SET_MTIME, &in,
 		     &out);
 	mark_dirty(fs, ino, META_DIRTY_DATA);
 	fuse_reply_write(req, (size_t)n);
@@ -1952,7 +1963,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 					       .mtime = fs_now_real()},
 					 out;
 			rc = meta_setattr(fs->meta, ino,
-					  META_SET_SIZE | META_SET_MTIME, &in,
+					  META_SET_GROW | META_SET_MTIME, &in,
 					  &out);
 		}
 		if (!rc)

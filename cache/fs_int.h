@@ -17,6 +17,10 @@
 
 #define FS_UPLOAD_THREADS 8    /* inodes uploaded at once */
 #define FS_HANDLE_BUCKETS 1024 /* open-file table */
+/* The ETag recorded before an inode's first upload starts: an object may
+ * exist at its key (the upload may finish after the process dies), so a
+ * rename must copy and delete, not just rename in the store. */
+#define FS_ETAG_UNKNOWN "?"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -2369,7 +2369,8 @@ static int rename_exchange(struct meta *m, struct op *op, struct dentry *s,
 
 static int rename_move(struct meta *m, struct op *op, struct dentry *s,
 		       struct dentry *d, struct inode *newdir,
-		       const char *newname, size_t newlen, uint64_t *replaced)
+		       const char *newname, size_t newlen, uint64_t *replaced,
+		       const char *const *keys, size_t nkeys)
 {
 	struct inode *si = s->ino, *dir = s->dir;
 	struct inode *di = d ? d->ino : NULL;
@@ -2415,6 +2416,8 @@ static int rename_move(struct meta *m, struct op *op, struct dentry *s,
 	if (!rc)
 		rc = db_dentry(m, ST_DENTRY_INS, newdir->a.ino, newname, newlen,
 			       si->a.ino, nd->cookie);
+	for (size_t i = 0; !rc && i < nkeys; i++)
+		rc = outbox_run(m, ST_OUTBOX_INS, keys[i], 0);
 	if (!rc)
 		rc = op_write(m, op);
 	rc = op_end(m, op, rc);
@@ -2439,13 +2442,23 @@ int meta_rename(struct meta *m, uint64_t parent, const char *name,
 		uint64_t newparent, const char *newname, unsigned flags,
 		uint64_t *replaced_ino)
 {
+	return meta_rename_queue(m, parent, name, newparent, newname, flags,
+				 NULL, 0, replaced_ino);
+}
+
+int meta_rename_queue(struct meta *m, uint64_t parent, const char *name,
+		      uint64_t newparent, const char *newname, unsigned flags,
+		      const char *const *keys, size_t nkeys,
+		      uint64_t *replaced_ino)
+{
 	size_t len = 0, newlen = 0;
 	uint64_t replaced = 0;
 	int rc = name_check(name, &len);
 	if (!rc)
 		rc = name_check(newname, &newlen);
 	if (!rc && ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
-		    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE)))
+		    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE) ||
+		    (nkeys && flags & RENAME_EXCHANGE)))
 		rc = -EINVAL;
 	if (rc)
 		return rc;
@@ -2475,7 +2488,7 @@ int meta_rename(struct meta *m, uint64_t parent, const char *name,
 		rc = rename_exchange(m, &op, s, d);
 	else
 		rc = rename_move(m, &op, s, d, newdir, newname, newlen,
-				 &replaced);
+				 &replaced, keys, nkeys);
 	if (!rc)
 		op_done(m, &op);
 	unlock(m);
@@ -2496,8 +2509,8 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 		    const struct meta_attr *attr, struct meta_attr *out)
 {
 	const unsigned known = META_SET_MODE | META_SET_UID | META_SET_GID |
-			       META_SET_SIZE | META_SET_ATIME | META_SET_MTIME |
-			       META_SET_CTIME;
+			       META_SET_SIZE | META_SET_GROW | META_SET_ATIME |
+			       META_SET_MTIME | META_SET_CTIME;
 	if ((mask & ~known) || (mask && !attr) ||
 	    (mask & META_SET_ATIME && !ts_valid(attr->atime)) ||
 	    (mask & META_SET_MTIME && !ts_valid(attr->mtime)) ||
@@ -2535,7 +2548,13 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 		a->uid = attr->uid;
 	if (mask & META_SET_GID)
 		a->gid = attr->gid;
-	if (mask & META_SET_SIZE) {
+	if (mask & META_SET_GROW) { /* a write's end: sizes only grow */
+		mask &= ~(unsigned)META_SET_GROW;
+		if (attr->size > a->size) {
+			mask |= META_SET_SIZE;
+			a->size = attr->size;
+		}
+	} else if (mask & META_SET_SIZE) {
 		a->size = attr->size;
 		a->mtime = op.now; /* truncate(2) */
 		a->dirty |= META_DIRTY_DATA;

@@ -54,6 +54,9 @@ struct meta_attr {
 #define META_SET_ATIME 0x10
 #define META_SET_MTIME 0x20
 #define META_SET_CTIME 0x40
+/* attr->size if larger than the current size (a write's end): writes
+ * answered out of order never shrink a file */
+#define META_SET_GROW 0x80
 
 struct meta_config {
 	const char *path; /* the SQLite file, e.g. CACHE_DIR/meta.db */
@@ -147,6 +150,13 @@ int meta_outbox_cancel(struct meta *m, const char *key);
 int meta_rename(struct meta *m, uint64_t parent, const char *name,
 		uint64_t newparent, const char *newname, unsigned flags,
 		uint64_t *replaced_ino);
+/* meta_rename() that, in the same transaction, queues keys (the old
+ * names' objects) in the outbox of deletions: a crash can neither lose
+ * them nor keep them without the rename. Not with RENAME_EXCHANGE. */
+int meta_rename_queue(struct meta *m, uint64_t parent, const char *name,
+		      uint64_t newparent, const char *newname, unsigned flags,
+		      const char *const *keys, size_t nkeys,
+		      uint64_t *replaced_ino);
 /* Changes the fields in mask (META_SET_*); ctime follows the rules of
  * chmod/chown/truncate unless META_SET_CTIME is given. */
 int meta_setattr(struct meta *m, uint64_t ino, unsigned mask,

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -48,6 +49,7 @@ struct mount_opts {
 	int foreground;
 	int verbose;
 	int take_over; /* --take-over: the lease's holder is known gone */
+	const struct s3_credentials *creds; /* for each worker's own client */
 };
 
 static void usage(FILE *f)
@@ -388,9 +390,21 @@ static void worker_ready(void *ctx, int takeover)
  * the mount on fuse_fd until it ends. gen 0 is the first worker of this
  * mount; a later one takes over from a dead predecessor. Returns the exit
  * status: 0 when the mount ended and everything reached S3. */
-static int worker_main(struct mount_opts *o, s3_client *s3, int fuse_fd,
+static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 		       unsigned gen, int report_fd)
 {
+	/* connections of its own: the pooled ones it inherited are shared
+	 * with the supervisor and with every worker before it, and one that
+	 * died may have left a response half read on them */
+	s3_client *s3 = NULL;
+	(void)inherited;
+	if (s3_client_create(&o->s3, o->creds, &s3) != 0) {
+		fprintf(stderr, "tierfs: cannot create the S3 client\n");
+		report(report_fd, EIO);
+		return 1;
+	}
+	if (o->fs.lease)
+		o->fs.lease->s3 = s3;
 	char path[PATH_MAX];
 	struct meta *meta = NULL;
 	struct fs *fs = NULL;
@@ -515,6 +529,7 @@ out:
 		fuse_session_destroy(se);
 	if (meta)
 		meta_close(meta);
+	s3_client_destroy(s3);
 	report(report_fd, status ? EIO : 0);
 	return status;
 }
@@ -706,6 +721,7 @@ static int mount_main(int argc, char **argv)
 		goto out;
 	}
 	status = 1;
+	o.creds = &creds;
 	if (s3_client_create(&o.s3, &creds, &s3) != 0) {
 		fprintf(stderr, "tierfs: cannot create the S3 client\n");
 		goto out;
@@ -717,12 +733,27 @@ static int mount_main(int argc, char **argv)
 			e.code, e.message);
 		goto out;
 	}
+	/* one daemon per cache dir: the lock is inherited by the supervisor
+	 * and its workers, and free once the last of them is gone */
+	rc = mkdir_p(o.cache_dir, 0700);
+	if (rc) {
+		fprintf(stderr, "tierfs: --cache-dir '%s': %s\n", o.cache_dir,
+			strerror(-rc));
+		goto out;
+	}
+	char lockp[PATH_MAX];
+	snprintf(lockp, sizeof(lockp), "%s/lock", o.cache_dir);
+	int lockfd = open(lockp, O_RDWR | O_CREAT, 0600);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
+		fprintf(stderr,
+			"tierfs: --cache-dir '%s' is in use by another tierfs "
+			"(see its state file)\n",
+			o.cache_dir);
+		goto out;
+	}
 	/* one writer per volume: the lease, before anything is mounted */
 	if (!o.fs.read_only) {
-		rc = mkdir_p(o.cache_dir, 0700);
-		if (!rc)
-			rc = lease_init(&lease, s3, o.bucket, o.prefix,
-					o.cache_dir);
+		rc = lease_init(&lease, s3, o.bucket, o.prefix, o.cache_dir);
 		have_lease = rc == 0;
 		if (!rc)
 			rc = lease_acquire(&lease, o.take_over, why,
@@ -907,6 +938,9 @@ static int unmount_main(int argc, char **argv)
 		}
 		usleep(50 * 1000);
 	}
+	/* and gone, so that the cache dir is free for the next mount */
+	for (int i = 0; pid > 0 && i < 200 && kill(pid, 0) == 0; i++)
+		usleep(25 * 1000);
 	if (strcmp(result, "clean") != 0) {
 		fprintf(stderr,
 			"tierfs: not everything reached S3; it stays in %s "

@@ -86,3 +86,30 @@ def test_wrong_secret_fails_before_mounting(tmp_path):
     assert "SignatureDoesNotMatch" in r.stderr or "Forbidden" in r.stderr, r.stderr
     assert "wrong-secret-value" not in r.stderr
     assert not is_mounted(str(mnt))
+
+
+def test_a_cache_dir_serves_one_daemon_at_a_time(tmp_path, volume):
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse")
+    url, _ = volume
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    cache = str(tmp_path / "c")
+    r = run(url, str(a), "--cache-dir", cache)
+    assert r.returncode == 0, r.stderr
+    try:
+        r2 = run(url, str(b), "--cache-dir", cache, "--read-only")
+        assert r2.returncode != 0
+        assert "is in use by another tierfs" in r2.stderr
+        assert not is_mounted(str(b))
+    finally:
+        u = subprocess.run([TIERFS, "unmount", str(a), "--cache-dir", cache],
+                           capture_output=True, text=True, timeout=120)
+        assert u.returncode == 0, u.stderr
+    # free again once the first daemon is gone
+    r3 = run(url, str(b), "--cache-dir", cache)
+    assert r3.returncode == 0, r3.stderr
+    u = subprocess.run([TIERFS, "unmount", str(b), "--cache-dir", cache],
+                       capture_output=True, text=True, timeout=120)
+    assert u.returncode == 0, u.stderr

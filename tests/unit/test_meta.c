@@ -1498,6 +1498,26 @@ static void test_outbox_queues_deletions_with_the_unlink(void **state)
 	assert_int_equal(meta_check(f->m), 0);
 }
 
+static void test_setattr_grow_never_shrinks(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkfile(f->m, ROOT, "a");
+	struct meta_attr in = attr_of(S_IFREG | 0644), out;
+	in.size = 8192;
+	assert_int_equal(meta_setattr(f->m, a, META_SET_GROW, &in, &out), 0);
+	assert_int_equal(out.size, 8192);
+	/* the reply to an earlier, shorter write arrives last */
+	in.size = 4096;
+	assert_int_equal(meta_setattr(f->m, a, META_SET_GROW, &in, &out), 0);
+	assert_int_equal(out.size, 8192);
+	uint64_t bytes, inodes;
+	meta_usage(f->m, &bytes, &inodes);
+	assert_int_equal(bytes, 8192);
+	/* truncate still shrinks */
+	assert_int_equal(meta_setattr(f->m, a, META_SET_SIZE, &in, &out), 0);
+	assert_int_equal(out.size, 4096);
+}
+
 static void test_outbox_add_and_has(void **state)
 {
 	struct fixture *f = *state;
@@ -2200,6 +2220,7 @@ int main(void)
 		T(test_dirty_list_survives_reopen),
 		T(test_outbox_queues_deletions_with_the_unlink),
 		T(test_outbox_add_and_has),
+		T(test_setattr_grow_never_shrinks),
 		T(test_adopting_kernel_refs_keeps_orphans_and_unlinked_inodes),
 		T(test_setattr_if_refuses_a_dirty_or_changed_inode),
 		T(test_snapshot_copies_the_tree_and_adopt_forgets_dirt),
