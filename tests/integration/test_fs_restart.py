@@ -91,6 +91,7 @@ def test_killing_the_worker_under_load_loses_nothing_and_fails_nothing(
             ["fio", "--name=verify", f"--directory={root}", "--rw=randwrite",
              "--bs=4k", "--size=8M", "--numjobs=2", "--ioengine=psync",
              "--verify=crc32c", "--verify_fatal=1", "--loops=40",
+             "--verify_state_save=0",
              "--output-format=terse"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(3):
