@@ -1940,8 +1940,10 @@ ssize_t meta_outbox_peek(struct meta *m, size_t max, uint64_t *ids, char **keys)
 	return (ssize_t)n;
 }
 
-/* One outbox change in its own savepoint, like every other change. */
-static int outbox_change(struct meta *m, enum stmt which, const char *key,
+/* One outbox change in its own savepoint, like every other change: rows
+ * by keys (insert, or delete by key) and by ids (delete). */
+static int outbox_change(struct meta *m, enum stmt which,
+			 const char *const *keys, size_t nkeys,
 			 const uint64_t *ids, size_t n)
 {
 	struct op op;
@@ -1951,8 +1953,8 @@ static int outbox_change(struct meta *m, enum stmt which, const char *key,
 		unlock(m);
 		return rc;
 	}
-	if (key)
-		rc = outbox_run(m, which, key, 0);
+	for (size_t i = 0; !rc && i < nkeys; i++)
+		rc = outbox_run(m, which, keys[i], 0);
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = outbox_run(m, which, NULL, ids[i]);
 	rc = op_end(m, &op, rc);
@@ -1964,30 +1966,17 @@ static int outbox_change(struct meta *m, enum stmt which, const char *key,
 
 int meta_outbox_add(struct meta *m, const char *const *keys, size_t n)
 {
-	struct op op;
-	lock(m);
-	int rc = op_begin(m, &op);
-	if (rc) {
-		unlock(m);
-		return rc;
-	}
-	for (size_t i = 0; !rc && i < n; i++)
-		rc = outbox_run(m, ST_OUTBOX_INS, keys[i], 0);
-	rc = op_end(m, &op, rc);
-	if (!rc)
-		op_done(m, &op);
-	unlock(m);
-	return rc;
+	return outbox_change(m, ST_OUTBOX_INS, keys, n, NULL, 0);
 }
 
 int meta_outbox_done(struct meta *m, const uint64_t *ids, size_t n)
 {
-	return outbox_change(m, ST_OUTBOX_DEL_ID, NULL, ids, n);
+	return outbox_change(m, ST_OUTBOX_DEL_ID, NULL, 0, ids, n);
 }
 
 int meta_outbox_cancel(struct meta *m, const char *key)
 {
-	return outbox_change(m, ST_OUTBOX_DEL_KEY, key, NULL, 0);
+	return outbox_change(m, ST_OUTBOX_DEL_KEY, &key, 1, NULL, 0);
 }
 
 struct dirty_scan {

@@ -353,6 +353,20 @@ static void report(int fd, int err)
 /* ---- the worker: one process serving the mount ----------------------------
  */
 
+/* SIGTERM, SIGINT and SIGHUP go to handler; SIGPIPE is ignored (a write
+ * to a closed pipe or socket returns EPIPE instead). */
+static void on_stop_signals(void (*handler)(int))
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
 struct worker {
 	struct mount_opts *o;
 	struct fs *fs;
@@ -411,14 +425,7 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	struct fuse_session *se = NULL;
 	int rc, status = 1;
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = worker_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	on_stop_signals(worker_signal);
 
 	/* The first mount on this cache dir starts from the volume's index
 	 * snapshot when there is one (the tree at once), else from a LIST. */
@@ -619,14 +626,7 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	}
 	int fuse_fd = fuse_session_fd(se);
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = supervisor_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	on_stop_signals(supervisor_signal);
 
 	unsigned gen = 0, recent = 0;
 	time_t window = time(NULL);
