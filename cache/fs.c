@@ -1737,13 +1737,15 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	/* durable in S3 when fsync returns (--durability s3) */
+	/* durable in S3 when fsync returns (--durability s3); S3 out of
+	 * reach past --s3-timeout: EIO, and the data stays dirty in the
+	 * cache, to be sent when S3 is back */
 	rc = sync_inode(fs, ino);
 	if (!rc)
 		rc = meta_commit(fs->meta);
 	if (rc)
 		dirty_add(fs, ino, fs_now_ms(), 0);
-	fuse_reply_err(req, -rc);
+	fuse_reply_err(req, rc && rc != -EROFS ? EIO : -rc);
 }
 
 struct dir_fill {
@@ -1857,7 +1859,8 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 	(void)datasync;
 	(void)fi;
 	/* namespace changes: every dirty inode goes to S3 now */
-	fuse_reply_err(req, -fs_flush_all(FS(req)));
+	int rc = fs_flush_all(FS(req));
+	fuse_reply_err(req, rc && rc != -EROFS ? EIO : -rc);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)

@@ -61,7 +61,7 @@ static void usage(FILE *f)
 		"           [--uid N] [--gid N] [--file-mode 0644] [--dir-mode 0755]\n"
 		"           [--durability s3|local] [--upload-delay 2s] [--read-only]\n"
 		"           [--snapshot-interval 5m] [--reconcile-interval 10m]\n"
-		"           [--take-over] [--lease-interval 30s]\n"
+		"           [--take-over] [--lease-interval 30s] [--s3-timeout 60s]\n"
 		"           [-f] [--log-level debug|info|warn|error]\n"
 		"       tierfs unmount MOUNTPOINT --cache-dir DIR [--timeout 10m]\n"
 		"           (returns 0 once everything is in S3)\n"
@@ -175,6 +175,7 @@ enum {
 	OPT_RECONCILE_INTERVAL,
 	OPT_READ_ONLY,
 	OPT_TAKE_OVER,
+	OPT_S3_TIMEOUT,
 	OPT_LEASE_INTERVAL,
 	OPT_LOG_LEVEL,
 };
@@ -196,6 +197,7 @@ static const struct option long_opts[] = {
 	{"reconcile-interval", required_argument, NULL, OPT_RECONCILE_INTERVAL},
 	{"read-only", no_argument, NULL, OPT_READ_ONLY},
 	{"take-over", no_argument, NULL, OPT_TAKE_OVER},
+	{"s3-timeout", required_argument, NULL, OPT_S3_TIMEOUT},
 	{"lease-interval", required_argument, NULL, OPT_LEASE_INTERVAL},
 	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
 	{"foreground", no_argument, NULL, 'f'},
@@ -267,6 +269,12 @@ static int parse_args(int argc, char **argv, struct mount_opts *o)
 			break;
 		case OPT_TAKE_OVER:
 			o->take_over = 1;
+			break;
+		case OPT_S3_TIMEOUT:
+			rc = parse_delay("--s3-timeout", optarg,
+					 &o->s3.deadline_ms);
+			if (!rc && o->s3.deadline_ms < 1000)
+				rc = bad("--s3-timeout", optarg, "at least 1s");
 			break;
 		case OPT_LEASE_INTERVAL:
 			rc = parse_delay("--lease-interval", optarg,

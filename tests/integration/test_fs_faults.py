@@ -1,0 +1,78 @@
+"""test_fs_faults.py: the mount while S3 is out of reach.
+
+The local Swift is stopped mid-workload and started again. While it is
+down, cached reads work, writes are accepted (into the cache), and fsync
+under --durability s3 returns EIO once --s3-timeout has passed, keeping the
+data. Once Swift is back, everything reaches S3 and nothing is lost. Run
+under `eval "$(hack/s3-local.sh env)"`.
+"""
+
+import errno
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from s3util import body, skip_unless_s3
+from tierfs_mount import Mount
+
+skip_unless_s3()
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def swift(action):
+    subprocess.run([str(REPO / "hack" / "s3-local.sh"), action], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=300)
+
+
+def test_s3_out_of_reach_then_back_loses_nothing(volume, s3, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+              "--upload-delay", "200ms", "--s3-timeout", "3s",
+              "--reconcile-interval", "0", "--snapshot-interval", "0")
+    root = Path(m.mountpoint)
+    try:
+        cached = os.urandom(300_000)
+        (root / "cached").write_bytes(cached)
+        fd = os.open(root / "cached", os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        swift("stop")
+        try:
+            # reads of what the cache holds, and writes, go on
+            assert (root / "cached").read_bytes() == cached
+            later = os.urandom(2_000_000)
+            (root / "written-while-down").write_bytes(later)
+            (root / "dir").mkdir()
+            (root / "dir" / "small").write_text("small\n")
+            # fsync cannot reach S3: EIO after --s3-timeout, data kept
+            fd = os.open(root / "written-while-down", os.O_RDONLY)
+            t0 = time.monotonic()
+            with pytest.raises(OSError) as e:
+                os.fsync(fd)
+            os.close(fd)
+            assert e.value.errno == errno.EIO
+            assert time.monotonic() - t0 < 60
+            assert (root / "written-while-down").read_bytes() == later
+        finally:
+            swift("start")
+        # back: the flusher sends everything; fsync now succeeds
+        fd = os.open(root, os.O_RDONLY)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                os.fsync(fd)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(1)
+        os.close(fd)
+        assert body(s3, f"{prefix}/written-while-down") == later
+        assert body(s3, f"{prefix}/dir/small") == b"small\n"
+        assert body(s3, f"{prefix}/cached") == cached
+    finally:
+        assert m.unmount() == 0, m.output()
