@@ -162,9 +162,12 @@ struct data {
 	/* atomics (updated under a file lock, read anywhere) */
 	uint64_t cached;
 	uint64_t dirty;
+	uint64_t reserve; /* free bytes writes leave (for the meta store) */
 };
 
 /* ---- small helpers ---- */
+
+static int room_for(struct data *d, uint64_t len);
 
 static void die(const char *what, int rc)
 {
@@ -832,7 +835,9 @@ static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e)
 	(void)ge;
 	assert(ranges_first_gap(&f->present, s, e, &gs, &ge) && gs == s &&
 	       ge == e);
-	int rc = inflight_add(f, s, e);
+	int rc = room_for(d, e - s); /* twice that, briefly: the tmp file */
+	if (!rc)
+		rc = inflight_add(f, s, e);
 	if (rc)
 		return rc;
 	unlock_mutex(&f->lock);
@@ -900,6 +905,7 @@ void data_config_init(struct data_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->size_limit = DATA_DEFAULT_SIZE_LIMIT;
 	cfg->free_floor = DATA_DEFAULT_FREE_FLOOR;
+	cfg->reserve = DATA_DEFAULT_RESERVE;
 	cfg->readahead_min = DATA_DEFAULT_READAHEAD_MIN;
 	cfg->readahead_max = DATA_DEFAULT_READAHEAD_MAX;
 }
@@ -1059,7 +1065,7 @@ static int load_all(struct data *d)
 	/* pass 1: logs (and leftovers of compaction and fetches) */
 	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL) {
 		uint64_t ino;
-		struct data_file *f;
+		struct data_file *f = NULL;
 		if (parse_name(de->d_name, ".log.tmp", &ino) ||
 		    strncmp(de->d_name, DATA_FETCH_TMP_PREFIX,
 			    strlen(DATA_FETCH_TMP_PREFIX)) == 0) {
@@ -1159,6 +1165,13 @@ int data_open(const struct data_config *cfg, struct data **out)
 	rc = -pthread_mutex_init(&d->lock, NULL);
 	if (rc)
 		goto fail_3;
+	/* the metadata store shares this filesystem and must never find it
+	 * full: writes stop short of an eighth of it, at most the reserve */
+	struct statvfs sv;
+	if (cfg->reserve && fstatvfs(d->dirfd, &sv) == 0) {
+		uint64_t eighth = (uint64_t)sv.f_blocks * sv.f_frsize / 8;
+		d->reserve = min_u64(cfg->reserve, eighth);
+	}
 	d->nbuckets = 64;
 	d->buckets = calloc(d->nbuckets, sizeof(*d->buckets));
 	if (!d->buckets) {
@@ -1329,6 +1342,18 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	return (ssize_t)want;
 }
 
+/* -ENOSPC when writing len more bytes would eat into the reserve. The
+ * flusher's eviction frees clean data as uploads finish; until then
+ * writes fail cleanly and the store keeps working. */
+static int room_for(struct data *d, uint64_t len)
+{
+	struct statvfs sv;
+	if (!d->reserve || fstatvfs(d->dirfd, &sv) != 0)
+		return 0;
+	uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	return avail < d->reserve || avail - d->reserve < len ? -ENOSPC : 0;
+}
+
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 		   uint64_t off)
 {
@@ -1338,9 +1363,12 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	if (len > SSIZE_MAX || off > (uint64_t)INT64_MAX - len)
 		return -EFBIG;
 	uint64_t end = off + len;
+	int rc = room_for(f->d, len);
+	if (rc)
+		return rc;
 	lock_mutex(&f->lock);
 	/* under the lock: a fetch's copy-back must not land after this */
-	int rc = pwrite_full(f->fd, buf, len, off);
+	rc = pwrite_full(f->fd, buf, len, off);
 	if (!rc)
 		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", off, end);
 	if (!rc)
@@ -1372,7 +1400,7 @@ int data_truncate(struct data_file *f, uint64_t size)
 	uint64_t old = f->size;
 	if (size < old) {
 		rc = shrink_locked(f, size);
-	} else if (size > old) {
+	} else if (size > old && (rc = room_for(f->d, size - old)) == 0) {
 		struct buf b = BUF_INIT;
 		/* cut first: stale bytes past the old size (a crash between a
 		 * shrink's log line and its ftruncate) must read as zeros */

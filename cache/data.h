@@ -32,6 +32,7 @@
 #define DATA_DEFAULT_READAHEAD_MIN (128u << 10)
 #define DATA_DEFAULT_READAHEAD_MAX (16u << 20)
 #define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
+#define DATA_DEFAULT_RESERVE (64ull << 20)
 
 /* Fills bytes [off, off+len) of the object behind ino into fd at fd_off
  * (pwrite). Returns the bytes written (fewer only at the object's end),
@@ -40,9 +41,13 @@ typedef ssize_t (*data_fetch_fn)(void *ctx, uint64_t ino, uint64_t off,
 				 uint64_t len, int fd, off_t fd_off);
 
 struct data_config {
-	const char *dir;	/* CACHE_DIR/data; created if absent */
-	uint64_t size_limit;	/* bytes of cached data to keep (LRU) */
-	uint64_t free_floor;	/* keep this much free on the filesystem */
+	const char *dir;     /* CACHE_DIR/data; created if absent */
+	uint64_t size_limit; /* bytes of cached data to keep (LRU) */
+	uint64_t free_floor; /* keep this much free on the filesystem */
+	/* writes fail with ENOSPC rather than leave less than this free
+	 * (capped at an eighth of the filesystem): room for the metadata
+	 * store, which must not find the disk full. 0: none */
+	uint64_t reserve;
 	uint32_t readahead_min; /* first read-ahead window */
 	uint32_t readahead_max; /* sequential reads double it up to this */
 	data_fetch_fn fetch;

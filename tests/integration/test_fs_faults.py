@@ -76,3 +76,55 @@ def test_s3_out_of_reach_then_back_loses_nothing(volume, s3, tmp_path):
         assert body(s3, f"{prefix}/cached") == cached
     finally:
         assert m.unmount() == 0, m.output()
+
+
+def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
+        volume, s3, tmp_path):
+    """The cache dir on a 48 MiB tmpfs, and a 100 MiB file written into it:
+    the write fails with ENOSPC, the daemon and its metadata store go on,
+    and once uploads let clean data be evicted, writes work again."""
+    url, prefix = volume
+    small = tmp_path / "small-disk"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs",
+                    str(small)], check=True)
+    m, log = None, ""
+    try:
+        m = Mount(url, str(tmp_path / "m"), str(small / "c"),
+                  "--upload-delay", "200ms")
+        root = Path(m.mountpoint)
+        (root / "before").write_bytes(b"saved before\n")
+        fd = os.open(root / "before", os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        with pytest.raises(OSError) as e:
+            with open(root / "big", "wb") as f:
+                for _ in range(100):
+                    f.write(os.urandom(1 << 20))
+                os.fsync(f.fileno())
+        assert e.value.errno == errno.ENOSPC
+        # the store still works: names, attributes, small files
+        assert (root / "before").read_bytes() == b"saved before\n"
+        deadline = time.monotonic() + 60
+        while True:  # room comes back as uploads finish and data is evicted
+            try:
+                (root / "after").write_text("written after\n")
+                fd = os.open(root / "after", os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
+                break
+            except OSError as err:
+                assert err.errno == errno.ENOSPC
+                assert time.monotonic() < deadline, m.output()
+                time.sleep(0.5)
+        os.chmod(root / "before", 0o600)
+        (root / "big").unlink()
+    finally:
+        if m:
+            rc = m.unmount()
+            log = m.output()  # its file is on the small disk
+            assert rc == 0, log
+        subprocess.run(["umount", str(small)], check=False)
+    assert body(s3, f"{prefix}/before") == b"saved before\n"
+    assert body(s3, f"{prefix}/after") == b"written after\n"
+    assert "disk is full" not in log
