@@ -429,7 +429,7 @@ static int upload_delta(struct fs *fs, struct data_file *df, const char *key,
 	struct s3_object_info info;
 	struct s3_error e = {0};
 	uint64_t size = data_size(df);
-	if (!old_etag[0] || strcmp(old_etag, FS_ETAG_UNKNOWN) == 0 ||
+	if (!fs_etag_known(old_etag) ||
 	    size <= s3_client_config(fs->s3)->multipart_threshold)
 		return -EAGAIN;
 	if (s3_head_object(fs->s3, fs->bucket, key, &info, &e) != 0)
@@ -502,7 +502,14 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 	if (!rc)
 		rc = upload_delta(fs, df, key, old, &snap, o, etag);
 	if (rc == -EAGAIN) {
-		rc = data_hydrate_all(df);
+		/* what the cache lacks comes from the object; with none in S3
+		 * yet, what it lacks was never written: zeros, which the
+		 * sparse cache file reads as */
+		int in_s3 = old[0] && strcmp(old, FS_ETAG_UNKNOWN) != 0;
+		/* "?": a first upload was tried from this very cache, so an
+		 * object from it lacks the same bytes; "!" and real ETags:
+		 * the object has bytes the cache may lack */
+		rc = in_s3 ? data_hydrate_all(df) : 0;
 		if (!rc)
 			rc = s3_upload_fd(fs->s3, fs->bucket, key, data_fd(df),
 					  0, data_size(df), o, etag, &e);
@@ -791,7 +798,7 @@ static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 	if (rc)
 		return rc;
 	meta_get_etag(fs->meta, ino, etag, sizeof(etag));
-	int pinned = etag[0] && strcmp(etag, FS_ETAG_UNKNOWN) != 0;
+	int pinned = fs_etag_known(etag);
 	ssize_t n = s3_get_parallel(fs->s3, fs->bucket, key, off, len, fd,
 				    fd_off, pinned ? etag : NULL, &e);
 	if (n == -ERANGE || n == -ENOENT)

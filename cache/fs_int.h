@@ -15,18 +15,28 @@
 #ifndef TIERFS_FS_INT_H
 #define TIERFS_FS_INT_H
 
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs.h"
+
 #define FS_UPLOAD_THREADS 8    /* inodes uploaded at once */
 #define FS_HANDLE_BUCKETS 1024 /* open-file table */
 /* The ETag recorded before an inode's first upload starts: an object may
  * exist at its key (the upload may finish after the process dies), so a
  * rename must copy and delete, not just rename in the store. */
 #define FS_ETAG_UNKNOWN "?"
-
-#include <pthread.h>
-#include <stdint.h>
-#include <time.h>
-
-#include "fs.h"
+/* The ETag of an inode a snapshot showed dirty: an object exists, of a
+ * version not known (meta_snapshot_adopt()). */
+#define FS_ETAG_STALE "!"
+/* An ETag that names a version S3 has (If-Match, partial re-uploads). */
+static inline int fs_etag_known(const char *etag)
+{
+	return etag[0] && strcmp(etag, FS_ETAG_UNKNOWN) != 0 &&
+	       strcmp(etag, FS_ETAG_STALE) != 0;
+}
 
 struct dirty {
 	uint64_t ino;

@@ -1706,13 +1706,14 @@ int meta_snapshot_adopt(const char *path)
 		rc = -EINVAL;
 	sqlite3_finalize(st);
 	/* What the writer had not uploaded is not in S3: its dirty flags
-	 * mean nothing here, and a cleared ETag makes the reconciliation
-	 * compare such an inode with S3 instead of trusting it. Deletions it
+	 * mean nothing here, and the ETag "!" (an object whose version is
+	 * not known) makes the reconciliation compare such an inode with S3
+	 * instead of trusting it. Deletions it
 	 * owed are forgotten: the objects are still listed, so they show. */
 	if (!rc)
 		rc = side_exec(db,
 			       "BEGIN;"
-			       "UPDATE inodes SET etag = NULL WHERE dirty <> 0;"
+			       "UPDATE inodes SET etag = '!' WHERE dirty <> 0;"
 			       "UPDATE inodes SET dirty = 0;"
 			       "DELETE FROM outbox;"
 			       "COMMIT",

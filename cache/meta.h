@@ -93,8 +93,9 @@ uint64_t meta_changes(struct meta *m);
 int meta_snapshot(struct meta *m, const char *path);
 /* Prepares a downloaded snapshot at path to be opened as this node's
  * store: checks it (quick_check, application id), forgets the writer's
- * dirty flags and queued deletions, and clears the ETag of what was dirty
- * so that a reconciliation compares it with S3. -EINVAL when unusable. */
+ * dirty flags and queued deletions, and sets the ETag of what was dirty
+ * to "!" (an object of unknown version) so that a reconciliation
+ * compares it with S3. -EINVAL when unusable. */
 int meta_snapshot_adopt(const char *path);
 
 /* -ENOENT when parent has no such name. */
