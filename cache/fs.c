@@ -813,6 +813,17 @@ static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 /* --- lifecycle --------------------------------------------------------------
  */
 
+static void destroy_locks(struct fs *fs)
+{
+	pthread_cond_destroy(&fs->bg_wake);
+	pthread_cond_destroy(&fs->wake);
+	pthread_rwlock_destroy(&fs->s3_lock);
+	pthread_mutex_destroy(&fs->claim_lock);
+	pthread_cond_destroy(&fs->claim_free);
+	pthread_mutex_destroy(&fs->touch_lock);
+	pthread_mutex_destroy(&fs->lock);
+}
+
 int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	      const struct data_config *data_cfg, struct fs **out)
 {
@@ -860,13 +871,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 
 fail_thread:
 	free(fs->dirty);
-	pthread_cond_destroy(&fs->bg_wake);
-	pthread_cond_destroy(&fs->wake);
-	pthread_rwlock_destroy(&fs->s3_lock);
-	pthread_mutex_destroy(&fs->claim_lock);
-	pthread_cond_destroy(&fs->claim_free);
-	pthread_mutex_destroy(&fs->touch_lock);
-	pthread_mutex_destroy(&fs->lock);
+	destroy_locks(fs);
 	data_close(fs->data);
 fail_strings:
 	free(fs->bucket);
@@ -893,13 +898,7 @@ int fs_destroy(struct fs *fs)
 		lease_release(fs->cfg.lease);
 	close_all_handles(fs);
 	data_close(fs->data);
-	pthread_cond_destroy(&fs->bg_wake);
-	pthread_cond_destroy(&fs->wake);
-	pthread_rwlock_destroy(&fs->s3_lock);
-	pthread_mutex_destroy(&fs->claim_lock);
-	pthread_cond_destroy(&fs->claim_free);
-	pthread_mutex_destroy(&fs->touch_lock);
-	pthread_mutex_destroy(&fs->lock);
+	destroy_locks(fs);
 	free(fs->dirty);
 	free(fs->touched);
 	free(fs->claimed_inos);
