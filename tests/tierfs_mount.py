@@ -39,6 +39,26 @@ class Mount:
                 raise RuntimeError(f"tierfs did not mount in 60 s:\n{self.output()}")
             time.sleep(0.05)
 
+    def workers(self):
+        """The pids of the supervisor's workers (one while it serves)."""
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)],
+                             capture_output=True, text=True).stdout.split()
+        return [int(p) for p in out]
+
+    def kill_daemon(self):
+        """SIGKILLs the supervisor and its workers, waits until they are
+        gone, and detaches the dead mount: a crash of the whole daemon."""
+        workers = self.workers()
+        self.proc.kill()
+        for w in workers:
+            os.kill(w, 9)
+        self.proc.wait()
+        for w in workers:
+            while os.path.exists(f"/proc/{w}"):
+                time.sleep(0.01)
+        subprocess.run(["fusermount3", "-u", "-z", self.mountpoint],
+                       check=False)
+
     def output(self):
         if not self.log.closed:
             self.log.flush()

@@ -19,7 +19,6 @@ import random
 import shutil
 import signal
 import stat
-import subprocess
 import time
 from pathlib import Path
 
@@ -196,33 +195,18 @@ def _step(rng, m, root, op, files, dirs):
             m.dirs.discard(d)
 
 
-def pids(mount):
-    sup = mount.proc.pid
-    out = subprocess.run(["pgrep", "-P", str(sup)], capture_output=True,
-                         text=True).stdout.split()
-    return sup, [int(p) for p in out]
-
-
 def kill_worker(mount):
-    sup, workers = pids(mount)
+    workers = mount.workers()
     assert len(workers) == 1
     os.kill(workers[0], signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while pids(mount)[1] in ([], workers):
+    while mount.workers() in ([], workers):
         assert time.monotonic() < deadline, mount.output()
         time.sleep(0.02)
 
 
 def kill_daemon(mount):
-    sup, workers = pids(mount)
-    os.kill(sup, signal.SIGKILL)
-    for w in workers:
-        os.kill(w, signal.SIGKILL)
-    mount.proc.wait()
-    for w in workers:
-        while os.path.exists(f"/proc/{w}"):
-            time.sleep(0.01)
-    subprocess.run(["fusermount3", "-u", "-z", mount.mountpoint])
+    mount.kill_daemon()
     assert not is_mounted(mount.mountpoint)
 
 

@@ -348,17 +348,7 @@ def test_kill9_then_remount_on_the_same_cache_dir_uploads_what_was_left(
     data = os.urandom(200_000)
     (Path(m.mountpoint) / "unsaved.bin").write_bytes(data)  # closed, not fsynced
     time.sleep(0.5)
-    # the whole daemon: the supervisor and its worker
-    workers = subprocess.run(["pgrep", "-P", str(m.proc.pid)],
-                             capture_output=True, text=True).stdout.split()
-    m.proc.kill()
-    for w in workers:
-        os.kill(int(w), 9)
-    m.proc.wait()
-    for w in workers:
-        while os.path.exists(f"/proc/{w}"):
-            time.sleep(0.01)
-    subprocess.run(["fusermount3", "-u", "-z", m.mountpoint], check=False)
+    m.kill_daemon()  # the supervisor and its worker
     m.log.close()
     keys = [o["Key"] for o in s3.list_objects_v2(
         Bucket=BUCKET, Prefix=prefix + "/").get("Contents", [])]

@@ -58,22 +58,15 @@ print(f"ok {rounds}")
 ROUNDS = 4000
 
 
-def worker_pid(m):
-    out = subprocess.run(["pgrep", "-P", str(m.proc.pid)], capture_output=True,
-                         text=True).stdout.split()
-    assert len(out) == 1, f"workers: {out}"
-    return int(out[0])
-
-
 def kill_worker(m):
     """SIGKILLs the worker and waits until another one serves."""
-    old = worker_pid(m)
-    os.kill(old, signal.SIGKILL)
+    workers = m.workers()
+    assert len(workers) == 1, f"workers: {workers}"
+    os.kill(workers[0], signal.SIGKILL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        out = subprocess.run(["pgrep", "-P", str(m.proc.pid)],
-                             capture_output=True, text=True).stdout.split()
-        if out and int(out[0]) != old:
+        now = m.workers()
+        if now and now != workers:
             return
         time.sleep(0.05)
     raise AssertionError("no new worker:\n" + m.output())
