@@ -520,8 +520,8 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 		(!first || from_snapshot ? FS_START_RECONCILE : 0) |
 			(from_snapshot ? FS_START_FROM_SNAPSHOT : 0)};
 	snprintf(path, sizeof(path), "%s/init.req", o->cache_dir);
-	struct serve_config sc = {SERVE_DEFAULT_THREADS, path, worker_ready,
-				  &w};
+	struct serve_config sc = {SERVE_DEFAULT_THREADS, FS_MAX_WRITE, path,
+				  worker_ready, &w};
 	rc = serve_run(se, &sc);
 	report_fd = w.report_fd;
 	status = rc ? 1 : 0;

@@ -11,6 +11,14 @@
  *         read() returns EINTR), finish what they hold and are joined.
  * Splice is never asked for (fs.c's init leaves it off), so every request
  * arrives in memory and its header can be read here.
+ *
+ * Each thread reads into a buffer of its own that is faulted in and
+ * locked before the first read(). The kernel copies a request into that
+ * buffer inside read(); when a page of it must be faulted in while a
+ * SIGKILL is pending (the worker being killed), the copy fails and the
+ * kernel ends the request with EIO instead of keeping it for
+ * FUSE_NOTIFY_RESEND. For a write-back WRITE that is a write lost without
+ * a trace. With every page present and locked the copy never faults.
  */
 #include "serve.h"
 
@@ -24,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +42,7 @@
 #endif
 #define SERVE_NOTIFY_RESEND 7 /* FUSE_NOTIFY_RESEND, Linux 6.9 */
 #define SERVE_INIT_MAX 4096
+#define SERVE_HEADER_ROOM 4096 /* a request's headers ahead of its data */
 
 static sem_t stop_sem;
 static volatile sig_atomic_t stopping;
@@ -54,35 +64,102 @@ static void on_wake(int sig)
 	(void)sig; /* only interrupts a blocked read() */
 }
 
-static void process(struct fuse_session *se, const struct fuse_buf *buf)
+/* One thread's request buffer (see the top of this file). */
+struct serve_buf {
+	char *mem;
+	size_t size;
+};
+
+static int buf_open(struct serve_buf *b, size_t max_write)
 {
-	const struct fuse_in_header *h = buf->mem;
-	resent = !(buf->flags & FUSE_BUF_IS_FD) && buf->size >= sizeof(*h) &&
-		 (h->unique & FUSE_UNIQUE_RESEND);
-	fuse_session_process_buf(se, buf);
+	static int warned;
+	b->size = max_write + SERVE_HEADER_ROOM;
+	b->mem = mmap(NULL, b->size, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (b->mem == MAP_FAILED) {
+		b->mem = NULL;
+		return -errno;
+	}
+	/* not zeros: a page of zeros may be swapped for the shared zero
+	 * page, which is not writable without a fault */
+	memset(b->mem, 0xa5, b->size);
+	if (mlock(b->mem, b->size) != 0 &&
+	    !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		fprintf(stderr,
+			"tierfs: cannot lock request buffers in memory (%s): "
+			"a write in flight when a worker is killed may be "
+			"lost\n",
+			strerror(errno));
+	return 0;
+}
+
+static void buf_close(struct serve_buf *b)
+{
+	if (b->mem)
+		munmap(b->mem, b->size);
+	b->mem = NULL;
+}
+
+/* Reads one request: its size, 0 when the kernel ended the connection,
+ * -EINTR/-EAGAIN to try again, else -errno. */
+static ssize_t receive(struct fuse_session *se, struct serve_buf *b)
+{
+	for (;;) {
+		ssize_t n = read(fuse_session_fd(se), b->mem, b->size);
+		if (n < 0 && errno == ENOENT)
+			continue; /* interrupted before it was read */
+		if (n < 0)
+			return errno == ENODEV ? 0 : -errno;
+		if (n == 0)
+			return 0;
+		if ((size_t)n < sizeof(struct fuse_in_header))
+			return -EIO;
+		return n;
+	}
+}
+
+static void process(struct fuse_session *se, struct serve_buf *b, size_t n)
+{
+	struct fuse_buf buf;
+	memset(&buf, 0, sizeof(buf));
+	buf.mem = b->mem;
+	buf.size = n;
+	const struct fuse_in_header *h = buf.mem;
+	resent = (h->unique & FUSE_UNIQUE_RESEND) != 0;
+	fuse_session_process_buf(se, &buf);
 	resent = 0;
 }
 
+struct serve_thread_arg {
+	struct fuse_session *se;
+	size_t max_write;
+};
+
 static void *serve_thread(void *arg)
 {
-	struct fuse_session *se = arg;
-	struct fuse_buf buf;
-	memset(&buf, 0, sizeof(buf));
+	const struct serve_thread_arg *a = arg;
+	struct serve_buf b;
+	int rc = buf_open(&b, a->max_write);
+	if (rc) {
+		fprintf(stderr, "tierfs: request buffer: %s\n", strerror(-rc));
+		serve_stop();
+		return NULL;
+	}
 	while (!stopping) {
-		int n = fuse_session_receive_buf(se, &buf);
+		ssize_t n = receive(a->se, &b);
 		if (n == -EINTR || n == -EAGAIN)
 			continue;
 		if (n <= 0) { /* 0: the kernel ended the connection */
 			if (n < 0)
 				fprintf(stderr,
 					"tierfs: reading /dev/fuse: %s\n",
-					strerror(-n));
+					strerror((int)-n));
 			serve_stop();
 			break;
 		}
-		process(se, &buf);
+		process(a->se, &b, (size_t)n);
 	}
-	free(buf.mem);
+	buf_close(&b);
 	return NULL;
 }
 
@@ -102,21 +179,23 @@ static int write_all(int fd, const void *p, size_t n)
 
 /* The first worker: reads INIT, keeps a copy (written whole, then renamed,
  * so a takeover never reads half of one), processes it. */
-static int first_init(struct fuse_session *se, const char *path)
+static int first_init(struct fuse_session *se, const char *path,
+		      size_t max_write)
 {
-	struct fuse_buf buf;
+	struct serve_buf b;
 	char tmp[4096];
-	int n;
-	memset(&buf, 0, sizeof(buf));
+	ssize_t n;
+	int rc = buf_open(&b, max_write);
+	if (rc)
+		return rc;
 	do
-		n = fuse_session_receive_buf(se, &buf);
+		n = receive(se, &b);
 	while (n == -EINTR || n == -EAGAIN);
 	if (n <= 0) {
-		free(buf.mem);
-		return n < 0 ? n : -ENODEV;
+		buf_close(&b);
+		return n < 0 ? (int)n : -ENODEV;
 	}
-	const struct fuse_in_header *h = buf.mem;
-	int rc = 0;
+	const struct fuse_in_header *h = (const void *)b.mem;
 	if ((size_t)n < sizeof(*h) || h->opcode != FUSE_INIT ||
 	    (size_t)n > SERVE_INIT_MAX) {
 		fprintf(stderr, "tierfs: the first request is not INIT\n");
@@ -130,7 +209,7 @@ static int first_init(struct fuse_session *se, const char *path)
 	if (!rc && fd < 0)
 		rc = -errno;
 	if (!rc)
-		rc = write_all(fd, buf.mem, (size_t)n);
+		rc = write_all(fd, b.mem, (size_t)n);
 	if (fd >= 0 && close(fd) != 0 && !rc)
 		rc = -errno;
 	if (!rc && rename(tmp, path) != 0)
@@ -141,8 +220,8 @@ static int first_init(struct fuse_session *se, const char *path)
 			"of this worker will not be survived\n",
 			path, strerror(-rc));
 	if (rc != -EPROTO)
-		process(se, &buf);
-	free(buf.mem);
+		process(se, &b, (size_t)n);
+	buf_close(&b);
 	return rc == -EPROTO ? rc : 0;
 }
 
@@ -186,9 +265,12 @@ int serve_run(struct fuse_session *se, const struct serve_config *cfg)
 	sigemptyset(&sa.sa_mask);
 	if (sem_init(&stop_sem, 0, 0) != 0 || sigaction(SIGUSR1, &sa, NULL))
 		return -errno;
+	size_t max_write =
+		cfg->max_write ? cfg->max_write : SERVE_DEFAULT_MAX_WRITE;
+	struct serve_thread_arg arg = {se, max_write};
 	int takeover = access(cfg->init_path, F_OK) == 0;
 	int rc = takeover ? takeover_init(se, cfg->init_path)
-			  : first_init(se, cfg->init_path);
+			  : first_init(se, cfg->init_path, max_write);
 	if (rc)
 		return rc;
 	if (cfg->ready)
@@ -196,7 +278,7 @@ int serve_run(struct fuse_session *se, const struct serve_config *cfg)
 	pthread_t *tids = calloc((size_t)threads, sizeof(*tids));
 	int started = 0;
 	for (; tids && started < threads && !stopping; started++)
-		if (pthread_create(&tids[started], NULL, serve_thread, se))
+		if (pthread_create(&tids[started], NULL, serve_thread, &arg))
 			break;
 	if (started == 0) {
 		free(tids);

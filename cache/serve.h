@@ -23,9 +23,13 @@
 #include <fuse3/fuse_lowlevel.h>
 
 #define SERVE_DEFAULT_THREADS 16
+#define SERVE_DEFAULT_MAX_WRITE (1u << 20)
 
 struct serve_config {
 	int threads;
+	/* the max_write the filesystem's init asks for (0: the default);
+	 * each thread's buffer holds one WRITE of that size */
+	size_t max_write;
 	const char *init_path; /* where the INIT request is kept (0600) */
 	/* called once INIT is processed, before the threads start */
 	void (*ready)(void *ctx, int takeover);
