@@ -1,9 +1,10 @@
-"""test_fs_faults.py: the mount while S3 is out of reach.
+"""test_fs_faults.py: the mount while S3 is out of reach, or its cache disk full.
 
-The local Swift is stopped mid-workload and started again. While it is
-down, cached reads work, writes are accepted (into the cache), and fsync
-under --durability s3 returns EIO once --s3-timeout has passed, keeping the
-data. Once Swift is back, everything reaches S3 and nothing is lost. Run
+The local Swift is stopped for two minutes mid-workload and started again.
+While it is down, cached reads work, writes are accepted into the cache
+until its disk is full (then ENOSPC), and fsync under --durability s3
+returns EIO once --s3-timeout has passed, keeping the data. Once Swift is
+back, everything reaches S3 and nothing is lost. Run
 under `eval "$(hack/s3-local.sh env)"`.
 """
 
@@ -29,53 +30,108 @@ def swift(action):
                    timeout=300)
 
 
-def test_s3_out_of_reach_then_back_loses_nothing(volume, s3, tmp_path):
-    url, prefix = volume
-    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
-              "--upload-delay", "200ms", "--s3-timeout", "3s",
-              "--reconcile-interval", "0", "--snapshot-interval", "0")
-    root = Path(m.mountpoint)
+# How long Swift stays down; the issue asks for two minutes.
+OUTAGE_S = float(os.environ.get("TIERFS_OUTAGE_S", "120"))
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
     try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_s3_out_of_reach_for_two_minutes_then_back_loses_nothing(
+        volume, s3, tmp_path):
+    """Swift stopped for OUTAGE_S seconds under a workload, with the cache
+    dir on a 64 MiB tmpfs: cached reads go on, writes are accepted until
+    the cache disk is full and then get ENOSPC (nothing else), fsync gives
+    EIO after --s3-timeout, and once Swift is back every acknowledged
+    write reaches S3 and the disk frees up again."""
+    url, prefix = volume
+    small = tmp_path / "small-disk"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs",
+                    str(small)], check=True)
+    m = None
+    try:
+        m = Mount(url, str(tmp_path / "m"), str(small / "c"),
+                  "--upload-delay", "200ms", "--s3-timeout", "5s",
+                  "--reconcile-interval", "0", "--snapshot-interval", "0")
+        root = Path(m.mountpoint)
         cached = os.urandom(300_000)
         (root / "cached").write_bytes(cached)
-        fd = os.open(root / "cached", os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        fsync_path(root / "cached")
+        (root / "dir").mkdir()
         swift("stop")
+        acked = {}
         try:
-            # reads of what the cache holds, and writes, go on
-            assert (root / "cached").read_bytes() == cached
-            later = os.urandom(2_000_000)
-            (root / "written-while-down").write_bytes(later)
-            (root / "dir").mkdir()
-            (root / "dir" / "small").write_text("small\n")
-            # fsync cannot reach S3: EIO after --s3-timeout, data kept
-            fd = os.open(root / "written-while-down", os.O_RDONLY)
             t0 = time.monotonic()
+            # fsync cannot reach S3: EIO once --s3-timeout has passed
+            (root / "dir" / "small").write_text("small\n")
+            acked["dir/small"] = b"small\n"
             with pytest.raises(OSError) as e:
-                os.fsync(fd)
-            os.close(fd)
+                fsync_path(root / "dir" / "small")
             assert e.value.errno == errno.EIO
             assert time.monotonic() - t0 < 60
-            assert (root / "written-while-down").read_bytes() == later
+            full_at, n = None, 0
+            while time.monotonic() - t0 < OUTAGE_S:
+                assert (root / "cached").read_bytes() == cached
+                if full_at is None:
+                    name, data = f"w{n:03d}", os.urandom(1 << 20)
+                    try:
+                        (root / name).write_bytes(data)
+                        acked[name] = data
+                        n += 1
+                        continue
+                    except OSError as err:
+                        # only a full cache disk stops the writes
+                        assert err.errno == errno.ENOSPC, err
+                        full_at = n
+                # full: still ENOSPC (or room again), never another error
+                try:
+                    (root / "probe").write_bytes(b"p")
+                except OSError as err:
+                    assert err.errno == errno.ENOSPC, err
+                time.sleep(1)
+            assert full_at is not None and full_at >= 10, \
+                f"the cache disk took only {n} MiB of writes"
+            for name, data in acked.items():  # still readable, from cache
+                assert (root / name).read_bytes() == data, name
         finally:
             swift("start")
         # back: the flusher sends everything; fsync now succeeds
-        fd = os.open(root, os.O_RDONLY)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while True:
             try:
-                os.fsync(fd)
+                fsync_path(root)
                 break
             except OSError:
-                assert time.monotonic() < deadline
+                assert time.monotonic() < deadline, m.output()
                 time.sleep(1)
-        os.close(fd)
-        assert body(s3, f"{prefix}/written-while-down") == later
-        assert body(s3, f"{prefix}/dir/small") == b"small\n"
+        for name, data in acked.items():
+            fsync_path(root / name)
+            assert body(s3, f"{prefix}/{name}") == data, name
         assert body(s3, f"{prefix}/cached") == cached
+        # uploaded data is clean and can be evicted: writes work again
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                (root / "after").write_bytes(b"after\n")
+                fsync_path(root / "after")
+                break
+            except OSError as err:
+                assert err.errno == errno.ENOSPC, err
+                assert time.monotonic() < deadline, m.output()
+                time.sleep(0.5)
+        assert body(s3, f"{prefix}/after") == b"after\n"
     finally:
-        assert m.unmount() == 0, m.output()
+        if m:
+            rc = m.unmount()
+            log = m.output()
+            assert rc == 0, log
+        subprocess.run(["umount", str(small)], check=False)
 
 
 def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
