@@ -4,6 +4,7 @@
 #   make         build build/tierfsctl, build/tierfs and build/tierfs-csi
 #   make test    deps + build + unit tests (plain and ASan/UBSan)
 #                + integration tests against a local Swift S3
+#   make csi-test  the tierfs-csi pytest suite alone (no S3)
 #   make demo    deps + build + an end-to-end run against the local S3
 #   make bench   deps + build + raw S3 beside boto3 + cold mount of 100k files
 #   make check   clang-format and cppcheck
@@ -46,7 +47,7 @@ UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units
 INTEG_TESTS := test_s3_live
 
-.PHONY: all deps test unit integration demo bench check format clean asan
+.PHONY: all deps test unit integration csi-test demo bench check format clean asan
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
 
@@ -162,6 +163,9 @@ unit: all $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%)
 
 integration: all $(TEST_BINS)
 	@TIERFS_ONLY=integration hack/run-tests.sh
+
+csi-test: $(ASAN)/tierfs-csi
+	@TIERFS_ONLY=csi hack/run-tests.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory all
