@@ -65,8 +65,8 @@ static grpc_status_code get_plugin_capabilities(void *ctx,
 	return GRPC_STATUS_OK;
 }
 
-/* Ready as soon as it serves: nothing is loaded at start-up. Whether S3
- * answers is not checked here yet. */
+/* Ready as soon as it serves: the plugin loads nothing at start-up, and
+ * S3 credentials arrive with each volume's secrets. */
 static grpc_status_code probe(void *ctx, const ProtobufCMessage *req,
 			      ProtobufCMessage **resp, struct csi_error *err)
 {

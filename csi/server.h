@@ -6,7 +6,8 @@
  * thread. Ownership: the request a handler gets belongs to the server and
  * lives until the handler returns. The response it sets belongs to the
  * server too, which frees it with protobuf_c_message_free_unpacked(): every
- * string, array and sub-message in it must be malloc'd (see csi_strdup()).
+ * string, array and sub-message in it must be malloc'd (see csi_strdup());
+ * strings left at the value *__init() gave them are not freed.
  */
 #ifndef TIERFS_CSI_SERVER_H
 #define TIERFS_CSI_SERVER_H
