@@ -1,9 +1,10 @@
 # tierfs: build, test, demo and benchmark entry points.
 #
 #   make deps    install every Debian package tierfs needs (idempotent)
-#   make         build build/tierfsctl (and, as they land, tierfs, tierfs-csi)
+#   make         build build/tierfsctl, build/tierfs and build/tierfs-csi
 #   make test    deps + build + unit tests (plain and ASan/UBSan)
 #                + integration tests against a local Swift S3
+#   make csi-test  the tierfs-csi pytest suite alone (no S3)
 #   make demo    deps + build + an end-to-end run against the local S3
 #   make bench   deps + build + raw S3 beside boto3 + cold mount of 100k files
 #   make check   clang-format and cppcheck
@@ -31,15 +32,26 @@ S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c s3/units.c
 CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c \
 	cache/fs.c
+# tierfs-csi: gRPC C core + protobuf-c; its protobuf code is generated from
+# proto/csi.proto (and the two well-known types it imports) into build/gen
+CSI_SRC  := csi/main.c csi/server.c csi/identity.c csi/controller.c csi/node.c
+GEN      := $(BUILD)/gen
+GEN_SRC  := csi.pb-c.c google/protobuf/wrappers.pb-c.c \
+	google/protobuf/timestamp.pb-c.c
+PROTO_INC := /usr/include
+CSI_CPPFLAGS := -I$(GEN) $(shell pkg-config --cflags grpc libprotobuf-c 2>/dev/null)
+CSI_LDLIBS := $(shell pkg-config --libs grpc libprotobuf-c 2>/dev/null) -pthread
+CSI_OBJ  := $(CSI_SRC:%.c=$(BUILD)/obj/%.o) $(GEN_SRC:%.c=$(BUILD)/obj/gen/%.o)
+CSI_ASAN_OBJ := $(CSI_SRC:%.c=$(ASAN)/obj/%.o) $(GEN_SRC:%.c=$(ASAN)/obj/gen/%.o)
 UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units
 INTEG_TESTS := test_s3_live
 
-.PHONY: all deps test unit integration demo bench check format clean asan
+.PHONY: all deps test unit integration csi-test demo bench check format clean asan
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
 
-all: $(BUILD)/tierfsctl $(BUILD)/tierfs
+all: $(BUILD)/tierfsctl $(BUILD)/tierfs $(BUILD)/tierfs-csi
 
 deps:
 	@hack/install-deps.sh
@@ -48,12 +60,34 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(ASAN)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC asan $<"
-	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS_BASE) $(SANFLAGS) -MMD -MP -c $< -o $@
+
+# --- generated protobuf-c code (tierfs-csi) ---------------------------------
+$(GEN)/csi.pb-c.h $(GEN_SRC:%.c=$(GEN)/%.c) &: proto/csi.proto
+	@mkdir -p $(GEN)
+	@echo "  PROTOC  $<"
+	$(Q)protoc-c -I proto -I $(PROTO_INC) --c_out=$(GEN) proto/csi.proto \
+		google/protobuf/wrappers.proto google/protobuf/timestamp.proto
+
+# generated code: warnings stay visible, but another protoc-c version's
+# warnings must not break the build
+$(BUILD)/obj/gen/%.o: $(GEN)/%.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CSI_CPPFLAGS) $(CFLAGS) -Wno-error -MMD -MP -c $< -o $@
+
+$(ASAN)/obj/gen/%.o: $(GEN)/%.c
+	@mkdir -p $(dir $@)
+	@echo "  CC asan $<"
+	$(Q)$(CC) $(CSI_CPPFLAGS) $(CFLAGS_BASE) $(SANFLAGS) -Wno-error -MMD -MP -c $< -o $@
+
+$(CSI_SRC:%.c=$(BUILD)/obj/%.o) $(CSI_SRC:%.c=$(ASAN)/obj/%.o): CPPFLAGS += $(CSI_CPPFLAGS)
+$(CSI_SRC:%.c=$(BUILD)/obj/%.o) $(CSI_SRC:%.c=$(ASAN)/obj/%.o): | $(GEN)/csi.pb-c.h
 
 $(BUILD)/libtierfs-s3.a: $(S3_SRC:%.c=$(BUILD)/obj/%.o) Makefile
 	$(Q)rm -f $@ && $(AR) rcs $@ $(filter %.o,$^)
@@ -81,6 +115,14 @@ $(ASAN)/tierfs: $(ASAN)/obj/cache/mount.o $(ASAN)/libtierfs-cache.a $(ASAN)/libt
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/tierfs-csi: $(CSI_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CSI_LDLIBS)
+
+$(ASAN)/tierfs-csi: $(CSI_ASAN_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(CSI_LDLIBS)
+
 $(ASAN)/tierfsctl: $(ASAN)/obj/csi/tierfsctl.o $(ASAN)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
@@ -107,9 +149,10 @@ $(ASAN)/tests/test_s3_live: $(ASAN)/obj/tests/integration/test_s3_live.o $(ASAN)
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
 
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%) \
-	$(INTEG_TESTS:%=$(ASAN)/tests/%) $(ASAN)/tierfsctl $(ASAN)/tierfs
+	$(INTEG_TESTS:%=$(ASAN)/tests/%) $(ASAN)/tierfsctl $(ASAN)/tierfs \
+	$(ASAN)/tierfs-csi
 
-asan: $(ASAN)/tierfsctl $(ASAN)/tierfs
+asan: $(ASAN)/tierfsctl $(ASAN)/tierfs $(ASAN)/tierfs-csi
 
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS)
@@ -120,6 +163,9 @@ unit: all $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%)
 
 integration: all $(TEST_BINS)
 	@TIERFS_ONLY=integration hack/run-tests.sh
+
+csi-test: $(ASAN)/tierfs-csi
+	@TIERFS_ONLY=csi hack/run-tests.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -8,6 +8,8 @@ PACKAGES=(
 	# build
 	build-essential pkg-config
 	libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+	# google/protobuf/{wrappers,timestamp}.proto, which proto/csi.proto imports
+	libprotobuf-dev
 	libcurl4-openssl-dev libssl-dev libfuse3-dev fuse3
 	libsqlite3-dev sqlite3 libexpat1-dev libcmocka-dev
 	# style and static checks (make check)
@@ -15,6 +17,8 @@ PACKAGES=(
 	# tests, demo and benchmarks (git, openssl and procps are used by them;
 	# a minimal Debian image lacks them)
 	python3 python3-pytest python3-grpcio python3-boto3 fio
+	# protoc --python_out: the CSI tests build their stubs from proto/csi.proto
+	protobuf-compiler
 	# a venv on the mount with an offline pip install (test_fs_tools.py):
 	# venv bundles pip and setuptools wheels; building a local package also
 	# needs the wheel wheel in /usr/share/python-wheels

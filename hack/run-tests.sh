@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # run-tests.sh: runs every tierfs test suite and ends with "N passed, N failed".
 #
-# Suites: make check, C unit tests (plain and ASan/UBSan), then, against the local
+# Suites: make check, C unit tests (plain and ASan/UBSan), the CSI plugin's
+# pytest suite (ASan build of tierfs-csi, no S3), then, against the local
 # Swift S3 (started here if it is not running, stopped again afterwards),
 # the C integration tests (ASan build) and the pytest integration tests.
-# TIERFS_ONLY=unit|integration runs one half. Exit status: 0 only when every
-# suite ran and nothing failed.
+# TIERFS_ONLY=unit|integration runs one half (the CSI suite is in the
+# integration half); TIERFS_ONLY=csi runs the CSI suite alone. Exit status:
+# 0 only when every suite ran and nothing failed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -99,6 +101,12 @@ if [ "$ONLY" = all ] || [ "$ONLY" = unit ]; then
 		run_cmocka "$t" "$BUILD/tests/$t"
 		run_cmocka "$t-asan" "$ASAN/tests/$t"
 	done
+fi
+
+if [ "$ONLY" = all ] || [ "$ONLY" = integration ] || [ "$ONLY" = csi ]; then
+	echo "== CSI plugin tests (tierfs-csi on a unix socket; no S3)"
+	export TIERFS_CSI_BIN=$ROOT/$ASAN/tierfs-csi
+	run_pytest pytest-csi tests/csi
 fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then

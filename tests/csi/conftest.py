@@ -1,0 +1,85 @@
+"""conftest.py: fixtures for the tierfs-csi tests (no S3 needed).
+
+`start_plugin(mode, *flags)` runs the plugin binary (TIERFS_CSI_BIN, default
+build/asan/tierfs-csi) on a socket under tmp_path, waits for the socket and
+returns a Running with a connected csi_client.Plugin. After the test every
+plugin started is stopped with SIGTERM, and the test fails unless it exits
+0 and its socket is gone.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from csi_client import Plugin, csi_bin  # noqa: E402
+
+NODE_ID = "node-a"
+
+
+class Running:
+    def __init__(self, proc, sock, log_path, plugin):
+        self.proc, self.sock, self.log_path = proc, sock, log_path
+        self.plugin = plugin
+
+    def log(self):
+        return Path(self.log_path).read_text(errors="replace")
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        """Signals the plugin and returns its exit status."""
+        self.plugin.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"tierfs-csi did not stop within {timeout}s "
+                                 f"of {sig!r}; log:\n{self.log()}")
+
+
+def spawn(tmp_path, *args, name="csi"):
+    """Starts tierfs-csi with args; returns (Popen, log path)."""
+    log_path = tmp_path / f"{name}.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen([csi_bin(), *args], stdout=log,
+                            stderr=subprocess.STDOUT)
+    log.close()
+    return proc, log_path
+
+
+@pytest.fixture
+def start_plugin(tmp_path):
+    started = []
+
+    def start(mode="all", *extra, node_id=NODE_ID):
+        sock = tmp_path / f"sock{len(started)}" / "csi.sock"
+        args = ["--mode", mode, "--endpoint", f"unix://{sock}", *extra]
+        if node_id is not None:
+            args += ["--node-id", node_id]
+        proc, log_path = spawn(tmp_path, *args, name=f"csi{len(started)}")
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("tierfs-csi did not come up; log:\n" +
+                                     Path(log_path).read_text())
+            time.sleep(0.02)
+        r = Running(proc, sock, log_path, Plugin(sock))
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        was_running = r.proc.poll() is None
+        rc = r.stop()
+        if was_running:
+            assert rc == 0, f"exit status {rc} after SIGTERM; log:\n{r.log()}"
+            assert not r.sock.exists(), "socket left behind after SIGTERM"
