@@ -1,8 +1,9 @@
 /* identity.c: the CSI Identity service: plugin name, capabilities, Probe.
  *
- * Capabilities follow the mode: CONTROLLER_SERVICE only when this process
- * serves the Controller service; online expansion always (a tierfs volume
- * grows by raising its quota while mounted).
+ * The plugin capabilities are those of tierfs as deployed, whatever part
+ * this process serves (the spec asks every instance to report the same):
+ * the Controller service, and online expansion (a tierfs volume grows by
+ * raising its quota while mounted).
  */
 #include "plugin.h"
 
@@ -50,15 +51,14 @@ static grpc_status_code get_plugin_capabilities(void *ctx,
 						ProtobufCMessage **resp,
 						struct csi_error *err)
 {
-	const struct csi_plugin *p = ctx;
+	(void)ctx;
 	(void)req;
 	(void)err;
 	Csi__V1__GetPluginCapabilitiesResponse *r = csi_calloc(1, sizeof(*r));
 	csi__v1__get_plugin_capabilities_response__init(r);
 	r->capabilities = csi_calloc(2, sizeof(*r->capabilities));
-	if (p->mode & CSI_MODE_CONTROLLER)
-		r->capabilities[r->n_capabilities++] = service_cap(
-			CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE);
+	r->capabilities[r->n_capabilities++] = service_cap(
+		CSI__V1__PLUGIN_CAPABILITY__SERVICE__TYPE__CONTROLLER_SERVICE);
 	r->capabilities[r->n_capabilities++] = expansion_cap(
 		CSI__V1__PLUGIN_CAPABILITY__VOLUME_EXPANSION__TYPE__ONLINE);
 	*resp = &r->base;
