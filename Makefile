@@ -34,7 +34,8 @@ CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index
 	cache/fs.c
 # tierfs-csi: gRPC C core + protobuf-c; its protobuf code is generated from
 # proto/csi.proto (and the two well-known types it imports) into build/gen
-CSI_SRC  := csi/main.c csi/server.c csi/identity.c csi/controller.c csi/node.c
+CSI_SRC  := csi/main.c csi/server.c csi/identity.c csi/controller.c csi/node.c \
+	csi/volume.c
 GEN      := $(BUILD)/gen
 GEN_SRC  := csi.pb-c.c google/protobuf/wrappers.pb-c.c \
 	google/protobuf/timestamp.pb-c.c
@@ -44,7 +45,7 @@ CSI_LDLIBS := $(shell pkg-config --libs grpc libprotobuf-c 2>/dev/null) -pthread
 CSI_OBJ  := $(CSI_SRC:%.c=$(BUILD)/obj/%.o) $(GEN_SRC:%.c=$(BUILD)/obj/gen/%.o)
 CSI_ASAN_OBJ := $(CSI_SRC:%.c=$(ASAN)/obj/%.o) $(GEN_SRC:%.c=$(ASAN)/obj/gen/%.o)
 UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
-	test_meta test_layout test_ranges test_data test_units
+	test_meta test_layout test_ranges test_data test_units test_volume
 INTEG_TESTS := test_s3_live
 
 .PHONY: all deps test unit integration csi-test demo bench check format clean asan
@@ -115,19 +116,22 @@ $(ASAN)/tierfs: $(ASAN)/obj/cache/mount.o $(ASAN)/libtierfs-cache.a $(ASAN)/libt
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tierfs-csi: $(CSI_OBJ)
+$(BUILD)/tierfs-csi: $(CSI_OBJ) $(BUILD)/libtierfs-s3.a
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CSI_LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CSI_LDLIBS) $(LDLIBS)
 
-$(ASAN)/tierfs-csi: $(CSI_ASAN_OBJ)
+$(ASAN)/tierfs-csi: $(CSI_ASAN_OBJ) $(ASAN)/libtierfs-s3.a
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(CSI_LDLIBS)
+	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(CSI_LDLIBS) $(LDLIBS)
 
 $(ASAN)/tierfsctl: $(ASAN)/obj/csi/tierfsctl.o $(ASAN)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
 # --- tests -----------------------------------------------------------------
+# unit tests of csi/ code link the csi object they test
+$(BUILD)/tests/test_volume: $(BUILD)/obj/csi/volume.o
+$(ASAN)/tests/test_volume: $(ASAN)/obj/csi/volume.o
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtierfs-cache.a $(BUILD)/libtierfs-s3.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"

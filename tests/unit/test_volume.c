@@ -1,0 +1,182 @@
+/* test_volume.c: CSI volume ids (csi/volume.c). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../csi/volume.h"
+
+static void test_an_id_splits_into_bucket_and_prefix(void **state)
+{
+	(void)state;
+	struct csi_volume_ref v;
+	char why[256];
+	assert_int_equal(csi_volume_parse("homes/jhub/claim-alice", &v, why,
+					  sizeof(why)),
+			 0);
+	assert_string_equal(v.bucket, "homes");
+	assert_string_equal(v.prefix, "jhub/claim-alice");
+	assert_int_equal(csi_volume_parse("a.b-c/x y/ü", &v, why, sizeof(why)),
+			 0);
+	assert_string_equal(v.prefix, "x y/ü");
+}
+
+static void test_bad_ids_are_refused_with_a_reason(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {
+		"",
+		"homes",		     /* no prefix */
+		"homes/",		     /* empty prefix */
+		"ho/x",			     /* bucket too short */
+		"Homes/x",		     /* upper case */
+		"-homes/x",		     /* starts with '-' */
+		"ho..mes/x",		     /* ".." in a bucket */
+		"homes//x",		     /* leading '/' */
+		"homes/x/",		     /* trailing '/' */
+		"homes/a//b",		     /* empty segment */
+		"homes/../etc",		     /* traversal */
+		"homes/a/../../b",	     /* traversal, deeper */
+		"homes/a/./b",		     /* "." */
+		"homes/..",		     /* ".." alone */
+		"homes/a\\b",		     /* backslash */
+		"homes/a\nb",		     /* control byte */
+		"homes/.tierfs/lease",	     /* tierfs' own folder */
+		"homes/x/.tierfs",	     /* at any depth */
+		"homes/.tierfs-snapshots/s", /* the snapshots' folder */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct csi_volume_ref v;
+		char why[256] = "";
+		if (csi_volume_parse(bad[i], &v, why, sizeof(why)) != -EINVAL)
+			fail_msg("'%s' was accepted", bad[i]);
+		if (!why[0])
+			fail_msg("'%s' was refused without a reason", bad[i]);
+	}
+}
+
+static void test_an_id_longer_than_128_bytes_is_refused(void **state)
+{
+	(void)state;
+	char id[200];
+	memset(id, 'a', sizeof(id) - 1);
+	id[sizeof(id) - 1] = '\0';
+	memcpy(id, "homes/", 6);
+	struct csi_volume_ref v;
+	char why[256];
+	assert_int_equal(csi_volume_parse(id, &v, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "128"));
+	id[CSI_VOLUME_ID_MAX] = '\0'; /* exactly 128: fine */
+	assert_int_equal(csi_volume_parse(id, &v, why, sizeof(why)), 0);
+}
+
+static void test_make_keeps_a_short_prefix_as_it_is(void **state)
+{
+	(void)state;
+	struct csi_volume_ref v;
+	char id[CSI_VOLUME_ID_MAX + 1], why[256];
+	assert_int_equal(csi_volume_make("homes", "jhub/claim-bob", &v, id, why,
+					 sizeof(why)),
+			 0);
+	assert_string_equal(id, "homes/jhub/claim-bob");
+	assert_string_equal(v.prefix, "jhub/claim-bob");
+}
+
+static void
+test_make_shortens_a_long_prefix_the_same_way_each_time(void **state)
+{
+	(void)state;
+	char a[300], b[300];
+	memset(a, 'n', 63);
+	a[63] = '/';
+	memset(a + 64, 'c', 200);
+	a[264] = '\0';
+	memcpy(b, a, sizeof(b));
+	b[263] = 'd'; /* differs only at the very end */
+	struct csi_volume_ref va, va2, vb;
+	char ida[CSI_VOLUME_ID_MAX + 1], ida2[CSI_VOLUME_ID_MAX + 1],
+		idb[CSI_VOLUME_ID_MAX + 1], why[256];
+	assert_int_equal(
+		csi_volume_make("homes", a, &va, ida, why, sizeof(why)), 0);
+	assert_int_equal(
+		csi_volume_make("homes", a, &va2, ida2, why, sizeof(why)), 0);
+	assert_int_equal(
+		csi_volume_make("homes", b, &vb, idb, why, sizeof(why)), 0);
+	assert_int_equal(strlen(ida), CSI_VOLUME_ID_MAX);
+	assert_string_equal(ida, ida2);
+	assert_string_not_equal(ida, idb);
+	assert_memory_equal(va.prefix, a, 40); /* it starts as the name */
+	/* and it parses back to what was made */
+	struct csi_volume_ref back;
+	assert_int_equal(csi_volume_parse(ida, &back, why, sizeof(why)), 0);
+	assert_string_equal(back.prefix, va.prefix);
+}
+
+static void
+test_make_never_cuts_a_utf8_character_or_ends_a_segment_empty(void **state)
+{
+	(void)state;
+	char p[400] = "";
+	/* "é" is two bytes: wherever the cut falls, it must not split one */
+	for (int i = 0; i < 150; i++)
+		strcat(p, "é");
+	struct csi_volume_ref v;
+	char id[CSI_VOLUME_ID_MAX + 1], why[256];
+	for (int shift = 0; shift < 2; shift++) {
+		char q[402];
+		snprintf(q, sizeof(q), "%s%s", shift ? "x" : "", p);
+		assert_int_equal(
+			csi_volume_make("homes", q, &v, id, why, sizeof(why)),
+			0);
+		const char *dash = strrchr(v.prefix, '-');
+		assert_non_null(dash);
+		/* the byte before "-hash" ends a character */
+		unsigned char last = (unsigned char)dash[-1];
+		assert_true(last == 'x' || last == 0xa9);
+	}
+	/* a cut that lands just after a '/' drops it */
+	char s[300];
+	memset(s, 'a', sizeof(s) - 1);
+	s[sizeof(s) - 1] = '\0';
+	s[128 - 6 - 1 - 13] = '/';
+	assert_int_equal(csi_volume_make("homes", s, &v, id, why, sizeof(why)),
+			 0);
+	assert_null(strstr(v.prefix, "/-"));
+	assert_int_equal(csi_volume_parse(id, &v, why, sizeof(why)), 0);
+}
+
+static void test_make_refuses_what_parse_refuses(void **state)
+{
+	(void)state;
+	struct csi_volume_ref v;
+	char id[CSI_VOLUME_ID_MAX + 1], why[256];
+	assert_int_equal(
+		csi_volume_make("UPPER", "x", &v, id, why, sizeof(why)),
+		-EINVAL);
+	assert_int_equal(
+		csi_volume_make("homes", "a/../b", &v, id, why, sizeof(why)),
+		-EINVAL);
+	assert_int_equal(csi_volume_make("homes", "", &v, id, why, sizeof(why)),
+			 -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_an_id_splits_into_bucket_and_prefix),
+		cmocka_unit_test(test_bad_ids_are_refused_with_a_reason),
+		cmocka_unit_test(test_an_id_longer_than_128_bytes_is_refused),
+		cmocka_unit_test(test_make_keeps_a_short_prefix_as_it_is),
+		cmocka_unit_test(
+			test_make_shortens_a_long_prefix_the_same_way_each_time),
+		cmocka_unit_test(
+			test_make_never_cuts_a_utf8_character_or_ends_a_segment_empty),
+		cmocka_unit_test(test_make_refuses_what_parse_refuses),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
