@@ -102,6 +102,11 @@ def test_killing_the_worker_under_load_loses_nothing_and_fails_nothing(
             # known, intermittent (about 1 run in 3 under ASan): a 4 KiB
             # write lost across a worker restart; fio reads the block of
             # its previous loop. Open on issue 4; kept visible here.
+            # the whole of fio's report and the daemon's log, to learn more
+            logs = Path(__file__).resolve().parents[2] / "build" / "test-logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / "fio-restart-xfail.log").write_text(
+                "fio:\n" + fout + "\ndaemon log:\n" + m.output())
             pytest.xfail("issue 4: a write lost across a worker restart: "
                          + fout.splitlines()[0])
         assert fio.returncode == 0, fout
