@@ -9,11 +9,15 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../s3/units.h"
 #include "csi.pb-c.h"
 #include "plugin.h"
+#include "volume.h"
 
 enum {
 	OPT_MODE = 256,
@@ -22,6 +26,9 @@ enum {
 	OPT_S3_ENDPOINT,
 	OPT_S3_REGION,
 	OPT_CACHE_ROOT,
+	OPT_LIST_BUCKET,
+	OPT_CREDENTIALS_FILE,
+	OPT_CAPACITY_AVAILABLE,
 };
 
 static const struct option long_opts[] = {
@@ -31,6 +38,9 @@ static const struct option long_opts[] = {
 	{"s3-endpoint", required_argument, NULL, OPT_S3_ENDPOINT},
 	{"s3-region", required_argument, NULL, OPT_S3_REGION},
 	{"cache-root", required_argument, NULL, OPT_CACHE_ROOT},
+	{"list-bucket", required_argument, NULL, OPT_LIST_BUCKET},
+	{"credentials-file", required_argument, NULL, OPT_CREDENTIALS_FILE},
+	{"capacity-available", required_argument, NULL, OPT_CAPACITY_AVAILABLE},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -41,7 +51,9 @@ static void usage(FILE *f)
 		"usage: tierfs-csi --mode controller|node|all --node-id ID\n"
 		"                  [--endpoint " CSI_DEFAULT_ENDPOINT "]\n"
 		"                  [--s3-endpoint URL] [--s3-region REGION]\n"
-		"                  [--cache-root DIR]\n"
+		"                  [--cache-root DIR] [--list-bucket NAME]...\n"
+		"                  [--credentials-file FILE] "
+		"[--capacity-available SIZE]\n"
 		"\n"
 		"Serves the CSI Identity service, plus the Controller service "
 		"(--mode\n"
@@ -61,7 +73,16 @@ static void usage(FILE *f)
 		"  --s3-endpoint  default S3 endpoint URL (default: AWS)\n"
 		"  --s3-region    default S3 region\n"
 		"  --cache-root   where per-volume cache dirs go (default "
-		"%s)\n",
+		"%s)\n"
+		"  --list-bucket  a bucket ListVolumes and ListSnapshots look "
+		"in\n"
+		"                 (repeatable; none: they list nothing)\n"
+		"  --credentials-file  the controller's own S3 credentials for "
+		"those\n"
+		"                 listings (mode 0600; default: AWS_* "
+		"variables)\n"
+		"  --capacity-available  what GetCapacity reports, e.g. 10Ti\n"
+		"                 (default: unlimited)\n",
 		CSI_DEFAULT_ENDPOINT, CSI_DEFAULT_CACHE_ROOT);
 }
 
@@ -97,6 +118,25 @@ static int parse_args(int argc, char **argv, struct csi_plugin *p)
 		case OPT_CACHE_ROOT:
 			p->cache_root = optarg;
 			break;
+		case OPT_LIST_BUCKET: {
+			char why[128];
+			if (csi_bucket_check(optarg, why, sizeof(why)) != 0)
+				return bad("--list-bucket", optarg, why);
+			p->list_buckets[p->n_list_buckets++] = optarg;
+			break;
+		}
+		case OPT_CREDENTIALS_FILE:
+			p->credentials_file = optarg;
+			break;
+		case OPT_CAPACITY_AVAILABLE: {
+			uint64_t v;
+			if (units_parse_size(optarg, &v) != 0 || v == 0 ||
+			    v > INT64_MAX)
+				return bad("--capacity-available", optarg,
+					   "expected a size such as 10Ti");
+			p->capacity_available = v;
+			break;
+		}
 		case 'h':
 			return 1;
 		default: /* getopt has said what it did not like */
@@ -144,13 +184,22 @@ int main(int argc, char **argv)
 		.endpoint = CSI_DEFAULT_ENDPOINT,
 		.cache_root = CSI_DEFAULT_CACHE_ROOT,
 	};
+	/* --list-bucket can be given at most argc times */
+	const char **buckets = calloc((size_t)argc, sizeof(*buckets));
+	if (!buckets) {
+		fprintf(stderr, "tierfs-csi: out of memory\n");
+		return 1;
+	}
+	p.list_buckets = buckets;
 	int rc = parse_args(argc, argv, &p);
 	if (rc == 1) {
 		usage(stdout);
+		free(buckets);
 		return 0;
 	}
 	if (rc < 0) {
 		fprintf(stderr, "(tierfs-csi --help lists the flags)\n");
+		free(buckets);
 		return 2;
 	}
 
@@ -163,6 +212,7 @@ int main(int argc, char **argv)
 	if (rc) {
 		fprintf(stderr, "tierfs-csi: pthread_sigmask: %s\n",
 			strerror(rc));
+		free(buckets);
 		return 1;
 	}
 
@@ -185,6 +235,7 @@ int main(int argc, char **argv)
 	rc = csi_server_create(&cfg, &srv, why, sizeof(why));
 	if (rc) {
 		fprintf(stderr, "tierfs-csi: %s\n", why);
+		free(buckets);
 		return 1;
 	}
 	fprintf(stderr, "tierfs-csi %s: driver %s, mode %s, node %s\n",
@@ -196,5 +247,6 @@ int main(int argc, char **argv)
 	csi_server_run(srv, &stop);
 	csi_server_destroy(srv);
 	fprintf(stderr, "tierfs-csi: stopped\n");
+	free(buckets);
 	return 0;
 }

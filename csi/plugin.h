@@ -30,6 +30,15 @@ struct csi_plugin {
 	const char *s3_endpoint; /* NULL: AWS */
 	const char *s3_region;	 /* NULL: the s3/ default */
 	const char *cache_root;	 /* per-volume cache dirs live under it */
+	/* Controller only: the buckets ListVolumes/ListSnapshots look in
+	 * (--list-bucket, repeatable; array owned by main(), names borrowed
+	 * from argv), the controller's own S3 credentials for those listings
+	 * (--credentials-file, 0600; else AWS_* from the environment), and
+	 * what GetCapacity reports (--capacity-available; 0: unlimited). */
+	const char **list_buckets;
+	size_t n_list_buckets;
+	const char *credentials_file;
+	unsigned long long capacity_available;
 };
 
 /* The handlers of each service, NULL-terminated (server.h). */
