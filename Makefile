@@ -30,7 +30,7 @@ SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c s3/units.c
-CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c \
+CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c cache/health.c \
 	cache/fs.c
 # tierfs-csi: gRPC C core + protobuf-c; its protobuf code is generated from
 # proto/csi.proto (and the two well-known types it imports) into build/gen
