@@ -35,7 +35,7 @@ CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index
 # tierfs-csi: gRPC C core + protobuf-c; its protobuf code is generated from
 # proto/csi.proto (and the two well-known types it imports) into build/gen
 CSI_SRC  := csi/main.c csi/server.c csi/identity.c csi/controller.c csi/node.c \
-	csi/volume.c
+	csi/volume.c csi/launcher.c
 GEN      := $(BUILD)/gen
 GEN_SRC  := csi.pb-c.c google/protobuf/wrappers.pb-c.c \
 	google/protobuf/timestamp.pb-c.c

@@ -7,6 +7,8 @@
  * signal context.
  */
 #include <getopt.h>
+#include <limits.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@ enum {
 	OPT_S3_ENDPOINT,
 	OPT_S3_REGION,
 	OPT_CACHE_ROOT,
+	OPT_TIERFS_BIN,
 };
 
 static const struct option long_opts[] = {
@@ -31,6 +34,7 @@ static const struct option long_opts[] = {
 	{"s3-endpoint", required_argument, NULL, OPT_S3_ENDPOINT},
 	{"s3-region", required_argument, NULL, OPT_S3_REGION},
 	{"cache-root", required_argument, NULL, OPT_CACHE_ROOT},
+	{"tierfs-bin", required_argument, NULL, OPT_TIERFS_BIN},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -41,7 +45,7 @@ static void usage(FILE *f)
 		"usage: tierfs-csi --mode controller|node|all --node-id ID\n"
 		"                  [--endpoint " CSI_DEFAULT_ENDPOINT "]\n"
 		"                  [--s3-endpoint URL] [--s3-region REGION]\n"
-		"                  [--cache-root DIR]\n"
+		"                  [--cache-root DIR] [--tierfs-bin PATH]\n"
 		"\n"
 		"Serves the CSI Identity service, plus the Controller service "
 		"(--mode\n"
@@ -61,7 +65,9 @@ static void usage(FILE *f)
 		"  --s3-endpoint  default S3 endpoint URL (default: AWS)\n"
 		"  --s3-region    default S3 region\n"
 		"  --cache-root   where per-volume cache dirs go (default "
-		"%s)\n",
+		"%s)\n"
+		"  --tierfs-bin   the mount daemon (default: tierfs beside "
+		"this binary)\n",
 		CSI_DEFAULT_ENDPOINT, CSI_DEFAULT_CACHE_ROOT);
 }
 
@@ -97,6 +103,9 @@ static int parse_args(int argc, char **argv, struct csi_plugin *p)
 		case OPT_CACHE_ROOT:
 			p->cache_root = optarg;
 			break;
+		case OPT_TIERFS_BIN:
+			p->tierfs_bin = optarg;
+			break;
 		case 'h':
 			return 1;
 		default: /* getopt has said what it did not like */
@@ -130,6 +139,9 @@ static int parse_args(int argc, char **argv, struct csi_plugin *p)
 	if (p->cache_root && p->cache_root[0] != '/')
 		return bad("--cache-root", p->cache_root,
 			   "must be an absolute path");
+	if (p->tierfs_bin && p->tierfs_bin[0] != '/')
+		return bad("--tierfs-bin", p->tierfs_bin,
+			   "must be an absolute path");
 	char why[256];
 	if (!csi_endpoint_path(p->endpoint, why, sizeof(why))) {
 		fprintf(stderr, "tierfs-csi: %s\n", why);
@@ -152,6 +164,21 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		fprintf(stderr, "(tierfs-csi --help lists the flags)\n");
 		return 2;
+	}
+	/* the daemon beside this binary, unless told otherwise */
+	char self[PATH_MAX], bin[PATH_MAX + 8];
+	if (!p.tierfs_bin) {
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		self[n > 0 ? n : 0] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		snprintf(bin, sizeof(bin), "%s/tierfs", self);
+		p.tierfs_bin = bin;
+	}
+	if ((p.mode & CSI_MODE_NODE) && csi_node_create(&p.node) != 0) {
+		fprintf(stderr, "tierfs-csi: out of memory\n");
+		return 1;
 	}
 
 	/* before any thread exists, so every thread inherits the mask */
@@ -185,6 +212,7 @@ int main(int argc, char **argv)
 	rc = csi_server_create(&cfg, &srv, why, sizeof(why));
 	if (rc) {
 		fprintf(stderr, "tierfs-csi: %s\n", why);
+		csi_node_destroy(p.node);
 		return 1;
 	}
 	fprintf(stderr, "tierfs-csi %s: driver %s, mode %s, node %s\n",
@@ -195,6 +223,7 @@ int main(int argc, char **argv)
 		p.node_id ? p.node_id : "-");
 	csi_server_run(srv, &stop);
 	csi_server_destroy(srv);
+	csi_node_destroy(p.node);
 	fprintf(stderr, "tierfs-csi: stopped\n");
 	return 0;
 }

@@ -106,7 +106,8 @@ fi
 if [ "$ONLY" = all ] || [ "$ONLY" = integration ] || [ "$ONLY" = csi ]; then
 	echo "== CSI plugin tests (tierfs-csi on a unix socket; no S3)"
 	export TIERFS_CSI_BIN=$ROOT/$ASAN/tierfs-csi
-	run_pytest pytest-csi tests/csi
+	# test_csi_node.py needs S3: it runs below, as pytest-csi-node
+	run_pytest pytest-csi tests/csi --ignore=tests/csi/test_csi_node.py
 fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
@@ -128,6 +129,9 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
 		export TIERFS_BIN=$ROOT/$ASAN/tierfs
 		run_cmocka test_s3_live-asan "$ASAN/tests/test_s3_live"
 		run_pytest pytest-integration tests/integration
+		# the Node service on real mounts (tierfs beside tierfs-csi)
+		export TIERFS_CSI_BIN=$ROOT/$ASAN/tierfs-csi
+		run_pytest pytest-csi-node tests/csi/test_csi_node.py
 	fi
 	if [ "$started_s3" -eq 1 ]; then
 		hack/s3-local.sh stop >/dev/null 2>&1
