@@ -30,12 +30,12 @@ SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c s3/units.c
-CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c \
+CACHE_SRC := cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c cache/health.c \
 	cache/fs.c
 # tierfs-csi: gRPC C core + protobuf-c; its protobuf code is generated from
 # proto/csi.proto (and the two well-known types it imports) into build/gen
 CSI_SRC  := csi/main.c csi/server.c csi/identity.c csi/controller.c csi/node.c \
-	csi/volume.c csi/s3conn.c
+	csi/volume.c csi/s3conn.c csi/launcher.c
 GEN      := $(BUILD)/gen
 GEN_SRC  := csi.pb-c.c google/protobuf/wrappers.pb-c.c \
 	google/protobuf/timestamp.pb-c.c

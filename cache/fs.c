@@ -647,8 +647,12 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 	if (rc) {
 		fs_log("sync of inode %llu ('%s') failed: %s",
 		       (unsigned long long)ino, key, strerror(-rc));
+		char what[96];
+		snprintf(what, sizeof(what), "upload: %s", strerror(-rc));
+		fs_health_note(fs, rc, what);
 		goto out;
 	}
+	fs_health_note(fs, 0, NULL);
 	if (etag[0])
 		meta_set_etag(fs->meta, ino, etag);
 	/* renamed or unlinked while we uploaded? then nothing may stay at
@@ -821,6 +825,7 @@ static void destroy_locks(struct fs *fs)
 	pthread_mutex_destroy(&fs->claim_lock);
 	pthread_cond_destroy(&fs->claim_free);
 	pthread_mutex_destroy(&fs->touch_lock);
+	pthread_mutex_destroy(&fs->health_lock);
 	pthread_mutex_destroy(&fs->lock);
 }
 
@@ -849,6 +854,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	if (rc)
 		goto fail_strings;
 	pthread_mutex_init(&fs->lock, NULL);
+	pthread_mutex_init(&fs->health_lock, NULL);
 	pthread_rwlockattr_t ra;
 	pthread_rwlockattr_init(&ra);
 	/* a deletion or rename must not wait behind a stream of uploads */
@@ -985,10 +991,11 @@ static int check_name(const char *name)
 static int check_space(struct fs *fs, uint64_t grow)
 {
 	uint64_t bytes, inodes;
-	if (!fs->cfg.capacity || grow == 0)
+	uint64_t cap = fs_capacity(fs);
+	if (!cap || grow == 0)
 		return 0;
 	meta_usage(fs->meta, &bytes, &inodes);
-	return bytes + grow > fs->cfg.capacity ? -ENOSPC : 0;
+	return bytes + grow > cap ? -ENOSPC : 0;
 }
 
 /* --- handlers
@@ -1877,7 +1884,9 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	const uint64_t bsize = 4096;
 	(void)ino;
 	meta_usage(fs->meta, &bytes, &inodes);
-	uint64_t cap = fs->cfg.capacity ? fs->cfg.capacity : (1ull << 50);
+	uint64_t cap = fs_capacity(fs);
+	if (!cap)
+		cap = 1ull << 50;
 	uint64_t used = (bytes + bsize - 1) / bsize;
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = bsize;

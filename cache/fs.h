@@ -43,7 +43,8 @@ struct fs_config {
 	const char *bucket;
 	const char *prefix; /* no leading or trailing '/'; "" for the bucket */
 	struct layout_defaults defaults;
-	uint64_t capacity; /* bytes; 0: unlimited */
+	uint64_t capacity; /* bytes; 0: unlimited; CACHE_DIR/capacity changes
+			      it live (health.c), so read it atomically */
 	int read_only;
 	unsigned upload_delay_ms; /* a dirty inode waits this long */
 	int durability_local;	  /* fsync: durable on the cache disk only */
@@ -100,6 +101,16 @@ int fs_load_tree(struct fs *fs);
 int fs_reconcile(struct fs *fs);
 /* Uploads every dirty inode now (syncfs, unmount). */
 int fs_flush_all(struct fs *fs);
+
+/* CACHE_DIR/capacity, the live quota (health.c): `tierfs resize` writes
+ * it (atomically, 0600) and the running worker applies it within
+ * FS_BG_TICK_MS; a new worker starts from it. CACHE_DIR/health is what
+ * the worker reports (see health.c). Both return 0 or -errno; read gives
+ * -ENOENT when there is no file. */
+#define FS_CAPACITY_FILE "capacity"
+#define FS_HEALTH_FILE "health"
+int fs_capacity_read(const char *cache_dir, uint64_t *bytes);
+int fs_capacity_write(const char *cache_dir, uint64_t bytes);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 

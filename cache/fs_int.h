@@ -18,12 +18,16 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "fs.h"
 
-#define FS_UPLOAD_THREADS 8    /* inodes uploaded at once */
-#define FS_HANDLE_BUCKETS 1024 /* open-file table */
+#define FS_UPLOAD_THREADS 8	    /* inodes uploaded at once */
+#define FS_HANDLE_BUCKETS 1024	    /* open-file table */
+#define FS_HEALTH_INTERVAL_MS 2000u /* CACHE_DIR/health is rewritten */
+#define FS_HEALTH_PROBE_MS 30000u   /* S3 idle this long: HEAD the bucket */
+#define FS_BG_TICK_MS 1000u	    /* the background thread looks around */
 /* The ETag recorded before an inode's first upload starts: an object may
  * exist at its key (the upload may finish after the process dies), so a
  * rename must copy and delete, not just rename in the store. */
@@ -92,6 +96,15 @@ struct fs {
 	uint64_t snap_changes; /* meta_changes() at the last snapshot */
 	int snap_known;	       /* snap_changes is valid */
 
+	/* health.c: what S3 said last, for CACHE_DIR/health */
+	pthread_mutex_t health_lock;
+	uint64_t s3_ok_ms, s3_err_ms; /* protected by health_lock */
+	uint64_t s3_fail_since_ms;    /* protected by health_lock; 0: ok */
+	char s3_err[128];	      /* protected by health_lock */
+	uint64_t next_health_ms;      /* background thread only */
+	struct timespec cap_mtime;    /* background thread only */
+	ino_t cap_ino;		      /* background thread only */
+
 	/* open files by inode (fs.c); a session can end with RELEASEs never
 	 * delivered, and fs_destroy() closes what is left */
 	struct handle *handles[FS_HANDLE_BUCKETS]; /* protected by lock */
@@ -116,6 +129,15 @@ int fs_touched(struct fs *fs, const char *key);
 /* A reconciliation's window: from before its LIST to after its changes. */
 void fs_touch_begin(struct fs *fs);
 void fs_touch_end(struct fs *fs);
+
+/* health.c: records the outcome of an S3 call (rc 0 or -errno; what says
+ * what failed, without secrets). Any thread. */
+void fs_health_note(struct fs *fs, int rc, const char *what);
+/* health.c: applies a changed CACHE_DIR/capacity and rewrites
+ * CACHE_DIR/health when due. The background thread, every tick. */
+void fs_health_tick(struct fs *fs);
+/* The quota now (bytes; 0: none); any thread. */
+uint64_t fs_capacity(struct fs *fs);
 
 /* index.c: stops the background thread fs_start() started (if any). */
 void fs_bg_stop(struct fs *fs);

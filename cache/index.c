@@ -938,6 +938,12 @@ static void renew_lease(struct fs *fs)
 	if (__atomic_load_n(&fs->fenced, __ATOMIC_RELAXED))
 		return;
 	int rc = lease_renew(fs->cfg.lease, why, sizeof(why));
+	if (rc != -EBUSY) {
+		char what[96];
+		snprintf(what, sizeof(what), "lease renewal: %s",
+			 strerror(-rc));
+		fs_health_note(fs, rc, what);
+	}
 	if (rc == -EBUSY) {
 		__atomic_store_n(&fs->fenced, 1, __ATOMIC_RELAXED);
 		fs_log("the write lease was taken over (%s): this mount is "
@@ -972,8 +978,14 @@ static void *bg_main(void *arg)
 			due = next_lease;
 		if (due > now) {
 			uint64_t wait = due - now;
-			if (wait > 60000)
-				wait = 60000;
+			/* the health file and the live quota, every tick */
+			pthread_mutex_unlock(&fs->lock);
+			fs_health_tick(fs);
+			pthread_mutex_lock(&fs->lock);
+			if (fs->stop)
+				break;
+			if (wait > FS_BG_TICK_MS)
+				wait = FS_BG_TICK_MS;
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += (time_t)(wait / 1000);

@@ -2,7 +2,8 @@
  *
  * The object's body is text, one "name=value" per line: owner (the cache
  * dir's id), host, pid and renewed (Unix seconds). Unknown lines are
- * ignored, so later versions can add fields.
+ * ignored, so later versions can add fields. A grant (lease.h) has owner
+ * LEASE_GRANT_OWNER and no pid.
  */
 #include "lease.h"
 
@@ -53,14 +54,19 @@ static int read_or_make_owner(const char *cache_dir, char *owner)
 }
 
 int lease_init(struct lease *l, s3_client *s3, const char *bucket,
-	       const char *prefix, const char *cache_dir)
+	       const char *prefix, const char *cache_dir, const char *host)
 {
 	memset(l, 0, sizeof(*l));
 	l->s3 = s3;
+	if (host &&
+	    (!*host || strlen(host) >= sizeof(l->host) || strchr(host, '\n')))
+		return -EINVAL;
 	int rc = read_or_make_owner(cache_dir, l->owner);
 	if (rc)
 		return rc;
-	if (gethostname(l->host, sizeof(l->host)) != 0)
+	if (host)
+		snprintf(l->host, sizeof(l->host), "%s", host);
+	else if (gethostname(l->host, sizeof(l->host)) != 0)
 		snprintf(l->host, sizeof(l->host), "unknown");
 	l->host[sizeof(l->host) - 1] = '\0';
 	l->bucket = strdup(bucket);
@@ -139,9 +145,26 @@ static int write_ours(struct lease *l)
 			  &e);
 }
 
+static int is_grant(const struct holder *h)
+{
+	return strcmp(h->owner, LEASE_GRANT_OWNER) == 0;
+}
+
+/* Whether h leaves the lease to l: ours already, or granted to our host. */
+static int is_for_us(const struct lease *l, const struct holder *h)
+{
+	return strcmp(h->owner, l->owner) == 0 ||
+	       (is_grant(h) && strcmp(h->host, l->host) == 0);
+}
+
 static void describe(const struct holder *h, char *why, size_t len)
 {
 	long long age = (long long)time(NULL) - h->renewed;
+	if (is_grant(h)) {
+		snprintf(why, len, "granted to node '%s' %lld s ago",
+			 h->host[0] ? h->host : "?", age);
+		return;
+	}
 	snprintf(why, len,
 		 "held by host '%s' (cache id %.8s), last renewed %lld s ago",
 		 h->host[0] ? h->host : "?", h->owner, age);
@@ -151,7 +174,7 @@ int lease_acquire(struct lease *l, int take_over, char *why, size_t len)
 {
 	struct holder h;
 	int rc = read_holder(l, &h);
-	if (rc == 0 && strcmp(h.owner, l->owner) != 0 && !take_over) {
+	if (rc == 0 && !is_for_us(l, &h) && !take_over) {
 		describe(&h, why, len);
 		return -EBUSY;
 	}
@@ -175,7 +198,9 @@ int lease_renew(struct lease *l, char *why, size_t len)
 {
 	struct holder h;
 	int rc = read_holder(l, &h);
-	if (rc == 0 && strcmp(h.owner, l->owner) != 0) {
+	/* a grant to our host (the controller published here again) is
+	 * ours to take; one to another host fences us */
+	if (rc == 0 && !is_for_us(l, &h)) {
 		describe(&h, why, len);
 		return -EBUSY;
 	}

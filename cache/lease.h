@@ -7,7 +7,10 @@
  * takes it, renews it every LEASE_RENEW_S, and deletes it at a clean
  * unmount. A mount that finds another holder's lease is refused, however
  * old the lease is: taking over from a node that died is explicit
- * (--take-over, or the CSI controller's publish). A holder that finds at
+ * (--take-over, or the CSI controller's publish). The controller's publish
+ * writes a grant, owner LEASE_GRANT_OWNER and host the node it publishes
+ * to: a mount on that host (--node) takes it as if it were free; a mount
+ * on any other host is refused as by a live holder. A holder that finds at
  * renewal that someone else took the lease is fenced: it stops writing to
  * S3.
  * Swift has no conditional PUT, so taking the lease is PUT then GET: of two
@@ -24,7 +27,8 @@
 #include "../s3/s3.h"
 
 #define LEASE_RENEW_S 30
-#define LEASE_OWNER_LEN 32 /* hex characters */
+#define LEASE_OWNER_LEN 32	  /* hex characters */
+#define LEASE_GRANT_OWNER "grant" /* written by ControllerPublishVolume */
 
 struct lease {
 	s3_client *s3; /* borrowed */
@@ -34,12 +38,15 @@ struct lease {
 	char host[64];
 };
 
-/* Reads (or makes, 0600) CACHE_DIR/owner and fills l; -errno. */
+/* Reads (or makes, 0600) CACHE_DIR/owner and fills l; host is the name the
+ * lease gives this node (the CSI node id), NULL for gethostname(); -errno,
+ * -EINVAL when host does not fit. */
 int lease_init(struct lease *l, s3_client *s3, const char *bucket,
-	       const char *prefix, const char *cache_dir);
+	       const char *prefix, const char *cache_dir, const char *host);
 void lease_free(struct lease *l);
-/* Takes the lease. -EBUSY when another holder has it (why says who and
- * since when) unless take_over; other -errno for S3 failures. */
+/* Takes the lease: free, ours, or granted to our host. -EBUSY when another
+ * holder has it or it is granted to another host (why says who and since
+ * when) unless take_over; other -errno for S3 failures. */
 int lease_acquire(struct lease *l, int take_over, char *why, size_t len);
 /* Renews it: -EBUSY (why says who) when someone else holds it now. */
 int lease_renew(struct lease *l, char *why, size_t len);

@@ -23,6 +23,7 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +49,10 @@ struct mount_opts {
 	struct fs_config fs;
 	int foreground;
 	int verbose;
-	int take_over; /* --take-over: the lease's holder is known gone */
+	int take_over;	  /* --take-over: the lease's holder is known gone */
+	int no_lease;	  /* --no-lease: RWX, last writer wins per file */
+	int capacity_set; /* --capacity was given */
+	const char *node_name; /* --node: the lease's host; NULL: hostname */
 	const struct s3_credentials *creds; /* for each worker's own client */
 };
 
@@ -62,9 +66,12 @@ static void usage(FILE *f)
 		"           [--durability s3|local] [--upload-delay 2s] [--read-only]\n"
 		"           [--snapshot-interval 5m] [--reconcile-interval 10m]\n"
 		"           [--take-over] [--lease-interval 30s] [--s3-timeout 60s]\n"
+		"           [--node NAME] [--no-lease]\n"
 		"           [-f] [--log-level debug|info|warn|error]\n"
 		"       tierfs unmount MOUNTPOINT --cache-dir DIR [--timeout 10m]\n"
 		"           (returns 0 once everything is in S3)\n"
+		"       tierfs resize MOUNTPOINT --cache-dir DIR --capacity SIZE\n"
+		"           (the running mount's quota; 0 for none)\n"
 		"Credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and\n"
 		"AWS_SESSION_TOKEN), or --credentials-file with mode 0600.\n");
 }
@@ -178,6 +185,8 @@ enum {
 	OPT_S3_TIMEOUT,
 	OPT_LEASE_INTERVAL,
 	OPT_LOG_LEVEL,
+	OPT_NODE,
+	OPT_NO_LEASE,
 };
 
 static const struct option long_opts[] = {
@@ -200,6 +209,8 @@ static const struct option long_opts[] = {
 	{"s3-timeout", required_argument, NULL, OPT_S3_TIMEOUT},
 	{"lease-interval", required_argument, NULL, OPT_LEASE_INTERVAL},
 	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+	{"node", required_argument, NULL, OPT_NODE},
+	{"no-lease", no_argument, NULL, OPT_NO_LEASE},
 	{"foreground", no_argument, NULL, 'f'},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -228,6 +239,7 @@ static int parse_args(int argc, char **argv, struct mount_opts *o)
 			break;
 		case OPT_CAPACITY:
 			rc = parse_size("--capacity", optarg, &o->fs.capacity);
+			o->capacity_set = 1;
 			break;
 		case OPT_UID:
 			rc = parse_id("--uid", optarg, &o->fs.defaults.uid);
@@ -269,6 +281,16 @@ static int parse_args(int argc, char **argv, struct mount_opts *o)
 			break;
 		case OPT_TAKE_OVER:
 			o->take_over = 1;
+			break;
+		case OPT_NO_LEASE:
+			o->no_lease = 1;
+			break;
+		case OPT_NODE:
+			if (!*optarg || strlen(optarg) >= 64 ||
+			    strpbrk(optarg, "\n\r"))
+				rc = bad("--node", optarg,
+					 "expected a name of 1..63 bytes");
+			o->node_name = optarg;
 			break;
 		case OPT_S3_TIMEOUT:
 			rc = parse_delay("--s3-timeout", optarg,
@@ -323,6 +345,8 @@ static int parse_args(int argc, char **argv, struct mount_opts *o)
 		return bad("--cache-dir", "", "is required");
 	if (o->cache_dir[0] != '/')
 		return bad("--cache-dir", o->cache_dir, "must be absolute");
+	if (o->no_lease && o->take_over)
+		return bad("--take-over", "", "makes no sense with --no-lease");
 	char why[256];
 	if (s3_config_validate(&o->s3, why, sizeof(why)))
 		return bad("--endpoint/--region",
@@ -483,6 +507,10 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	o->fs.bucket = o->bucket;
 	o->fs.prefix = o->prefix;
 	o->fs.cache_dir = o->cache_dir;
+	/* the quota as last set: --capacity, or `tierfs resize` since */
+	uint64_t cap;
+	if (fs_capacity_read(o->cache_dir, &cap) == 0)
+		o->fs.capacity = cap;
 	rc = fs_create(&o->fs, s3, meta, &dc, &fs);
 	if (rc) {
 		fprintf(stderr, "tierfs: cache '%s': %s\n", data_dir,
@@ -759,13 +787,33 @@ static int mount_main(int argc, char **argv)
 			o.cache_dir);
 		goto out;
 	}
-	/* one writer per volume: the lease, before anything is mounted */
-	if (!o.fs.read_only) {
-		rc = lease_init(&lease, s3, o.bucket, o.prefix, o.cache_dir);
+	/* --capacity is the quota from now on; without it, the last one
+	 * set for this cache dir (a remount after `tierfs resize`) */
+	if (o.capacity_set) {
+		rc = fs_capacity_write(o.cache_dir, o.fs.capacity);
+		if (rc) {
+			fprintf(stderr, "tierfs: %s/%s: %s\n", o.cache_dir,
+				FS_CAPACITY_FILE, strerror(-rc));
+			goto out;
+		}
+	}
+	/* one writer per volume: the lease, before anything is mounted;
+	 * --no-lease (RWX) takes none: the last writer of a file wins */
+	if (!o.fs.read_only && !o.no_lease) {
+		rc = lease_init(&lease, s3, o.bucket, o.prefix, o.cache_dir,
+				o.node_name);
 		have_lease = rc == 0;
 		if (!rc)
 			rc = lease_acquire(&lease, o.take_over, why,
 					   sizeof(why));
+		if (rc == -EBUSY && !strncmp(why, "granted", 7)) {
+			fprintf(stderr,
+				"tierfs: s3://%s/%s is not this node's to "
+				"write: its lease is %s (this node is '%s'). "
+				"Mount it --read-only, or pass --take-over\n",
+				o.bucket, o.prefix, why, lease.host);
+			goto out;
+		}
 		if (rc == -EBUSY) {
 			fprintf(stderr,
 				"tierfs: s3://%s/%s is mounted read-write "
@@ -959,12 +1007,89 @@ static int unmount_main(int argc, char **argv)
 	return 0;
 }
 
+/* ---- tierfs resize ------------------------------------------------------- */
+
+/* Sets the running mount's quota: writes CACHE_DIR/capacity, then waits
+ * until statfs on the mount shows it (the worker's background thread
+ * looks every FS_BG_TICK_MS). 0 then, 1 when the daemon did not apply it
+ * in time (the file stays: the next worker and mount use it), 2 for bad
+ * arguments. */
+static int resize_main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"cache-dir", required_argument, NULL, 'c'},
+		{"capacity", required_argument, NULL, 's'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *cache_dir = NULL, *size_s = NULL;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c == 'c')
+			cache_dir = optarg;
+		else if (c == 's')
+			size_s = optarg;
+		else
+			return 2;
+	}
+	uint64_t cap;
+	if (argc - optind != 1 || !cache_dir || !size_s) {
+		fprintf(stderr,
+			"usage: tierfs resize MOUNTPOINT --cache-dir DIR "
+			"--capacity SIZE\n");
+		return 2;
+	}
+	if (parse_size("--capacity", size_s, &cap))
+		return 2;
+	char mnt[PATH_MAX], st[2048], where[PATH_MAX], pid_s[32], state[32];
+	if (!realpath(argv[optind], mnt)) {
+		fprintf(stderr, "tierfs: '%s': %s\n", argv[optind],
+			strerror(errno));
+		return 2;
+	}
+	if (read_state(cache_dir, st, sizeof(st)) != 0) {
+		fprintf(stderr, "tierfs: no daemon state in '%s'\n", cache_dir);
+		return 2;
+	}
+	state_field(st, "mountpoint", where, sizeof(where));
+	state_field(st, "supervisor", pid_s, sizeof(pid_s));
+	state_field(st, "state", state, sizeof(state));
+	pid_t pid = (pid_t)strtol(pid_s, NULL, 10);
+	if (strcmp(where, mnt) != 0 || strcmp(state, "serving") != 0 ||
+	    pid <= 0 || kill(pid, 0) != 0) {
+		fprintf(stderr, "tierfs: '%s' does not serve '%s' now\n",
+			cache_dir, mnt);
+		return 2;
+	}
+	int rc = fs_capacity_write(cache_dir, cap);
+	if (rc) {
+		fprintf(stderr, "tierfs: %s/%s: %s\n", cache_dir,
+			FS_CAPACITY_FILE, strerror(-rc));
+		return 1;
+	}
+	/* what op_statfs reports for it */
+	uint64_t want = (cap ? cap : 1ull << 50) / 4096;
+	for (int i = 0; i < 100; i++) {
+		struct statvfs sv;
+		if (statvfs(mnt, &sv) == 0 && sv.f_blocks == want)
+			return 0;
+		usleep(50 * 1000);
+	}
+	fprintf(stderr,
+		"tierfs: the daemon has not applied the new quota within 5 s; "
+		"it is saved in %s/%s for its next worker\n",
+		cache_dir, FS_CAPACITY_FILE);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "mount") == 0)
 		return mount_main(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "unmount") == 0)
 		return unmount_main(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "resize") == 0)
+		return resize_main(argc - 1, argv + 1);
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
 		usage(stdout);

@@ -7,6 +7,8 @@
  * signal context.
  */
 #include <getopt.h>
+#include <limits.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -29,6 +31,7 @@ enum {
 	OPT_LIST_BUCKET,
 	OPT_CREDENTIALS_FILE,
 	OPT_CAPACITY_AVAILABLE,
+	OPT_TIERFS_BIN,
 };
 
 static const struct option long_opts[] = {
@@ -41,6 +44,7 @@ static const struct option long_opts[] = {
 	{"list-bucket", required_argument, NULL, OPT_LIST_BUCKET},
 	{"credentials-file", required_argument, NULL, OPT_CREDENTIALS_FILE},
 	{"capacity-available", required_argument, NULL, OPT_CAPACITY_AVAILABLE},
+	{"tierfs-bin", required_argument, NULL, OPT_TIERFS_BIN},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -54,6 +58,7 @@ static void usage(FILE *f)
 		"                  [--cache-root DIR] [--list-bucket NAME]...\n"
 		"                  [--credentials-file FILE] "
 		"[--capacity-available SIZE]\n"
+		"                  [--tierfs-bin PATH]\n"
 		"\n"
 		"Serves the CSI Identity service, plus the Controller service "
 		"(--mode\n"
@@ -82,7 +87,9 @@ static void usage(FILE *f)
 		"                 listings (mode 0600; default: AWS_* "
 		"variables)\n"
 		"  --capacity-available  what GetCapacity reports, e.g. 10Ti\n"
-		"                 (default: unlimited)\n",
+		"                 (default: unlimited)\n"
+		"  --tierfs-bin   the mount daemon (default: tierfs beside "
+		"this binary)\n",
 		CSI_DEFAULT_ENDPOINT, CSI_DEFAULT_CACHE_ROOT);
 }
 
@@ -137,6 +144,9 @@ static int parse_args(int argc, char **argv, struct csi_plugin *p)
 			p->capacity_available = v;
 			break;
 		}
+		case OPT_TIERFS_BIN:
+			p->tierfs_bin = optarg;
+			break;
 		case 'h':
 			return 1;
 		default: /* getopt has said what it did not like */
@@ -170,6 +180,9 @@ static int parse_args(int argc, char **argv, struct csi_plugin *p)
 	if (p->cache_root && p->cache_root[0] != '/')
 		return bad("--cache-root", p->cache_root,
 			   "must be an absolute path");
+	if (p->tierfs_bin && p->tierfs_bin[0] != '/')
+		return bad("--tierfs-bin", p->tierfs_bin,
+			   "must be an absolute path");
 	char why[256];
 	if (!csi_endpoint_path(p->endpoint, why, sizeof(why))) {
 		fprintf(stderr, "tierfs-csi: %s\n", why);
@@ -201,6 +214,21 @@ int main(int argc, char **argv)
 		fprintf(stderr, "(tierfs-csi --help lists the flags)\n");
 		free(buckets);
 		return 2;
+	}
+	/* the daemon beside this binary, unless told otherwise */
+	char self[PATH_MAX], bin[PATH_MAX + 8];
+	if (!p.tierfs_bin) {
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		self[n > 0 ? n : 0] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash)
+			*slash = '\0';
+		snprintf(bin, sizeof(bin), "%s/tierfs", self);
+		p.tierfs_bin = bin;
+	}
+	if ((p.mode & CSI_MODE_NODE) && csi_node_create(&p.node) != 0) {
+		fprintf(stderr, "tierfs-csi: out of memory\n");
+		return 1;
 	}
 
 	/* before any thread exists, so every thread inherits the mask */
@@ -236,6 +264,7 @@ int main(int argc, char **argv)
 	if (rc) {
 		fprintf(stderr, "tierfs-csi: %s\n", why);
 		free(buckets);
+		csi_node_destroy(p.node);
 		return 1;
 	}
 	fprintf(stderr, "tierfs-csi %s: driver %s, mode %s, node %s\n",
@@ -246,6 +275,7 @@ int main(int argc, char **argv)
 		p.node_id ? p.node_id : "-");
 	csi_server_run(srv, &stop);
 	csi_server_destroy(srv);
+	csi_node_destroy(p.node);
 	fprintf(stderr, "tierfs-csi: stopped\n");
 	free(buckets);
 	return 0;

@@ -3,6 +3,8 @@
  * One struct csi_plugin is built by main() from the flags, validated once,
  * and handed to every handler as its ctx; it is read-only while serving, so
  * handlers may read it from any thread. Strings are borrowed from argv.
+ * The node service's own mutable state lives behind `node` (node.c), with
+ * its own lock.
  */
 #ifndef TIERFS_CSI_PLUGIN_H
 #define TIERFS_CSI_PLUGIN_H
@@ -39,7 +41,14 @@ struct csi_plugin {
 	size_t n_list_buckets;
 	const char *credentials_file;
 	unsigned long long capacity_available;
+	const char *tierfs_bin; /* the mount daemon (--tierfs-bin) */
+	struct csi_node *node;	/* owned; csi_node_destroy() (node.c) */
 };
+
+/* The Node service's state: the volumes with a call in progress. */
+struct csi_node;
+int csi_node_create(struct csi_node **out);
+void csi_node_destroy(struct csi_node *n);
 
 /* The handlers of each service, NULL-terminated (server.h). */
 extern const struct csi_handler csi_identity_handlers[];

@@ -109,7 +109,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ] || [ "$ONLY" = csi ]; then
 	export TIERFS_CSI_BIN=$ROOT/$ASAN/tierfs-csi
 	# without S3 even when the caller's environment has it: the files
 	# that need S3 skip themselves here and run in the S3 section below
-	AWS_ENDPOINT_URL= run_pytest pytest-csi tests/csi
+	AWS_ENDPOINT_URL= run_pytest pytest-csi tests/csi \
+		--ignore=tests/csi/test_csi_node.py
 fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
@@ -132,6 +133,9 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
 		run_cmocka test_s3_live-asan "$ASAN/tests/test_s3_live"
 		run_pytest pytest-integration tests/integration
 		run_pytest pytest-csi-s3 tests/csi/test_csi_controller.py
+		# the Node service on real mounts (tierfs beside tierfs-csi)
+		export TIERFS_CSI_BIN=$ROOT/$ASAN/tierfs-csi
+		run_pytest pytest-csi-node tests/csi/test_csi_node.py
 	fi
 	if [ "$started_s3" -eq 1 ]; then
 		hack/s3-local.sh stop >/dev/null 2>&1

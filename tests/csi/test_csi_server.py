@@ -67,7 +67,7 @@ def test_log_line_has_method_volume_duration_and_status(start_plugin):
     p.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=5)
     log = run.log()
     assert re.search(r'^tierfs-csi: /csi\.v1\.Node/NodeUnstageVolume '
-                     r'volume="bkt/users/alice" \d+\.\dms UNIMPLEMENTED',
+                     r'volume="bkt/users/alice" \d+\.\dms OK',
                      log, re.M), log
     assert re.search(r"^tierfs-csi: /csi\.v1\.Node/NodeGetInfo volume=- "
                      r"\d+\.\dms OK$", log, re.M), log

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from s3util import body, keys, skip_unless_s3
+from s3util import BUCKET, body, keys, skip_unless_s3
 from tierfs_mount import TIERFS, Mount
 
 skip_unless_s3()
@@ -96,3 +96,74 @@ def test_after_a_node_dies_taking_over_is_explicit_and_fences_the_old_one(
             assert new.unmount() == 0, new.output()
         old.proc.send_signal(signal.SIGKILL)
         old.unmount()
+
+
+def put_grant(s3, prefix, host):
+    """What ControllerPublishVolume writes: the lease granted to host."""
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/.tierfs/lease",
+                  Body=f"owner=grant\nhost={host}\nrenewed={int(time.time())}\n"
+                  .encode())
+
+
+def test_a_grant_to_this_node_is_taken_and_one_to_another_is_refused(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    put_grant(s3, prefix, "node-b")
+    r = try_mount(url, tmp_path, "a", "--node", "node-a")
+    assert r.returncode != 0
+    assert "granted to node 'node-b'" in r.stderr
+    assert not os.path.ismount(tmp_path / "a")
+    m = Mount(url, str(tmp_path / "b"), str(tmp_path / "cb"),
+              "--node", "node-b")
+    try:
+        lease = body(s3, f"{prefix}/.tierfs/lease").decode()
+        assert "host=node-b\n" in lease
+        assert "owner=grant" not in lease  # taken: now a holder's lease
+        (Path(m.mountpoint) / "f").write_text("b\n")
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert f"{prefix}/.tierfs/lease" not in keys(s3, prefix + "/")
+
+
+def test_a_grant_to_another_node_fences_a_running_holder(volume, s3,
+                                                          tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"),
+              "--node", "node-a", "--lease-interval", "300ms")
+    try:
+        put_grant(s3, prefix, "node-b")
+        deadline = time.monotonic() + 15
+        while "write lease was taken over" not in m.output():
+            assert time.monotonic() < deadline, m.output()
+            time.sleep(0.2)
+        assert "granted to node 'node-b'" in m.output()
+    finally:
+        m.proc.send_signal(signal.SIGKILL)
+        m.unmount()
+
+
+def test_no_lease_mounts_write_side_by_side_and_the_last_writer_wins(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    a = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"), "--no-lease",
+              "--upload-delay", "100ms")
+    b = Mount(url, str(tmp_path / "b"), str(tmp_path / "cb"), "--no-lease",
+              "--upload-delay", "100ms")
+    try:
+        assert f"{prefix}/.tierfs/lease" not in keys(s3, prefix + "/")
+        for m, text in ((a, "from a\n"), (b, "from b\n")):
+            p = Path(m.mountpoint) / "shared"
+            p.write_text(text)
+            fd = os.open(p, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        assert body(s3, f"{prefix}/shared") == b"from b\n"
+    finally:
+        assert a.unmount() == 0, a.output()
+        assert b.unmount() == 0, b.output()
+
+
+def test_no_lease_with_take_over_is_refused(volume, tmp_path):
+    url, _ = volume
+    r = try_mount(url, tmp_path, "a", "--no-lease", "--take-over")
+    assert r.returncode == 2 and "--no-lease" in r.stderr
