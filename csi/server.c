@@ -481,10 +481,74 @@ static void log_call(const char *path, const ProtobufCMessage *req,
 		csi_status_name(code), msg && *msg ? ": " : "", msg ? msg : "");
 }
 
-/* Unpacks the request from the byte buffer the core read for us. */
-static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc,
-				grpc_byte_buffer *bb)
+static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
+	*v = 0;
+	for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+		uint8_t b = *(*p)++;
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return 0;
+	}
+	return -1;
+}
+
+/* protobuf-c ends a string at its first NUL, so "vol/a\0b" would reach a
+ * handler as "vol/a". This walks the wire form and returns the name of
+ * the first string field (at any depth, map entries included) that holds
+ * a NUL, or NULL. Malformed input is left for protobuf-c to refuse. */
+static const char *string_with_nul(const ProtobufCMessageDescriptor *d,
+				   const uint8_t *p, size_t n, int depth)
+{
+	const uint8_t *end = p + n;
+	while (p < end && depth < 32) {
+		uint64_t tag, len;
+		if (varint(&p, end, &tag))
+			return NULL;
+		switch (tag & 7) {
+		case 0:
+			if (varint(&p, end, &len))
+				return NULL;
+			continue;
+		case 1:
+		case 5: {
+			size_t w = (tag & 7) == 1 ? 8 : 4;
+			if ((size_t)(end - p) < w)
+				return NULL;
+			p += w;
+			continue;
+		}
+		case 2:
+			break;
+		default:
+			return NULL;
+		}
+		if (varint(&p, end, &len) || len > (uint64_t)(end - p))
+			return NULL;
+		const ProtobufCFieldDescriptor *f =
+			protobuf_c_message_descriptor_get_field(
+				d, (unsigned)(tag >> 3));
+		if (f && f->type == PROTOBUF_C_TYPE_STRING &&
+		    memchr(p, 0, (size_t)len))
+			return f->name;
+		if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+			const char *bad = string_with_nul(
+				f->descriptor, p, (size_t)len, depth + 1);
+			if (bad)
+				return bad;
+		}
+		p += len;
+	}
+	return NULL;
+}
+
+/* Unpacks the request from the byte buffer the core read for us; NULL when
+ * it is not a valid message, or (with *nul_field set) when a string in it
+ * holds a NUL byte. */
+static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc,
+				grpc_byte_buffer *bb, const char **nul_field)
+{
+	*nul_field = NULL;
 	if (!bb)
 		return NULL;
 	grpc_byte_buffer_reader r;
@@ -492,8 +556,14 @@ static ProtobufCMessage *unpack(const ProtobufCMessageDescriptor *desc,
 		return NULL;
 	grpc_slice all = grpc_byte_buffer_reader_readall(&r);
 	grpc_byte_buffer_reader_destroy(&r);
-	ProtobufCMessage *m = protobuf_c_message_unpack(
-		desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+	*nul_field = string_with_nul(desc, GRPC_SLICE_START_PTR(all),
+				     GRPC_SLICE_LENGTH(all), 0);
+	ProtobufCMessage *m =
+		*nul_field
+			? NULL
+			: protobuf_c_message_unpack(desc, NULL,
+						    GRPC_SLICE_LENGTH(all),
+						    GRPC_SLICE_START_PTR(all));
 	grpc_slice_unref(all);
 	return m;
 }
@@ -567,7 +637,8 @@ static void serve_call(struct csi_server *s, struct csi_slot *slot)
 		return;
 	}
 
-	ProtobufCMessage *req = unpack(m->input, slot->payload);
+	const char *nul_field;
+	ProtobufCMessage *req = unpack(m->input, slot->payload, &nul_field);
 	ProtobufCMessage *resp = NULL;
 	grpc_status_code code;
 	if (!m->fn) {
@@ -576,6 +647,9 @@ static void serve_call(struct csi_server *s, struct csi_slot *slot)
 			m->service_off ? "%s: service not served in this --mode"
 				       : "%s: not implemented",
 			m->path);
+	} else if (nul_field) {
+		code = csi_errorf(&err, GRPC_STATUS_INVALID_ARGUMENT,
+				  "%s: a NUL byte is not allowed", nul_field);
 	} else if (!req) {
 		code = csi_errorf(&err, GRPC_STATUS_INVALID_ARGUMENT,
 				  "the request is not a valid %s",

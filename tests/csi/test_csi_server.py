@@ -56,6 +56,36 @@ def test_unknown_method_is_unimplemented(start_plugin):
     assert "GroupController" in details
 
 
+def test_a_nul_byte_in_any_string_is_invalid_argument_naming_it(
+        start_plugin):
+    """protobuf-c would cut "a\\0b" to "a"; the server refuses it first,
+    in top-level strings and inside maps and sub-messages alike."""
+    p = start_plugin("all").plugin
+    pb = p.pb2
+    code, detail = status_of(p.CreateVolume, pb.CreateVolumeRequest(
+        name="claim\x00x"), timeout=10)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert detail.startswith("name:")
+    code, detail = status_of(p.NodeUnstageVolume, pb.NodeUnstageVolumeRequest(
+        volume_id="b-ucket/p", staging_target_path="/tmp/x\x00/y"),
+        timeout=10)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert detail.startswith("staging_target_path:")
+    secret = "s3cr3t\x00nul-value"
+    code, detail = status_of(p.CreateVolume, pb.CreateVolumeRequest(
+        name="claim", secrets={"secretAccessKey": secret}), timeout=10)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "nul-value" not in detail and "s3cr3t" not in detail
+    cap = pb.VolumeCapability(mount=pb.VolumeCapability.MountVolume(
+        volume_mount_group="10\x000"))
+    code, detail = status_of(p.ValidateVolumeCapabilities,
+                             pb.ValidateVolumeCapabilitiesRequest(
+                                 volume_id="b-ucket/p",
+                                 volume_capabilities=[cap]), timeout=10)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert detail.startswith("volume_mount_group:")
+
+
 def test_log_line_has_method_volume_duration_and_status(start_plugin):
     run = start_plugin("all")
     p = run.plugin
