@@ -110,7 +110,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ] || [ "$ONLY" = csi ]; then
 	# without S3 even when the caller's environment has it: the files
 	# that need S3 skip themselves here and run in the S3 section below
 	AWS_ENDPOINT_URL= run_pytest pytest-csi tests/csi \
-		--ignore=tests/csi/test_csi_node.py
+		--ignore=tests/csi/test_csi_node.py \
+		--ignore=tests/csi/test_csi_life.py
 fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
@@ -132,10 +133,12 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
 		export TIERFS_BIN=$ROOT/$ASAN/tierfs
 		run_cmocka test_s3_live-asan "$ASAN/tests/test_s3_live"
 		run_pytest pytest-integration tests/integration
-		run_pytest pytest-csi-s3 tests/csi/test_csi_controller.py
 		# the Node service on real mounts (tierfs beside tierfs-csi)
 		export TIERFS_CSI_BIN=$ROOT/$ASAN/tierfs-csi
+		run_pytest pytest-csi-s3 tests/csi/test_csi_controller.py
 		run_pytest pytest-csi-node tests/csi/test_csi_node.py
+		# a user's whole volume life, and 20 volumes at once
+		run_pytest pytest-csi-life tests/csi/test_csi_life.py
 	fi
 	if [ "$started_s3" -eq 1 ]; then
 		hack/s3-local.sh stop >/dev/null 2>&1
