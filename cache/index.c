@@ -305,6 +305,15 @@ struct remote {
 	char etag[S3_ETAG_MAX];
 };
 
+/* The ETag to keep for an object: the one HEAD (and so a pinned GET)
+ * gives. Swift lists a server-side copy of a multipart object under
+ * another one ("md5" against HEAD's "md5-N"), and a GET pinned to the
+ * listed one fails with 412. */
+static const char *object_etag(const struct robj *o, const struct remote *rm)
+{
+	return rm->etag[0] ? rm->etag : o->etag;
+}
+
 static void remote_free(struct remote *rm)
 {
 	free(rm->target);
@@ -427,7 +436,7 @@ static int create_entry(struct rec *r, uint64_t parent, const char *name,
 		seq += rc == 0;
 	}
 	seq += set_xattrs(fs, a.ino, rm);
-	meta_set_etag(fs->meta, a.ino, o->etag);
+	meta_set_etag(fs->meta, a.ino, object_etag(o, rm));
 	if (S_ISDIR(rm->in.mode))
 		remember_dir(r, a.ino, &rm->in);
 	/* -EAGAIN: the user changed it already; it uploads as theirs */
@@ -491,7 +500,7 @@ static int take_object(struct rec *r, const struct robj *o)
 					META_SET_MTIME | META_SET_CTIME,
 				&rm.in, &a);
 		if (!rc) {
-			meta_set_etag(fs->meta, a.ino, o->etag);
+			meta_set_etag(fs->meta, a.ino, object_etag(o, &rm));
 			remember_dir(r, a.ino, &rm.in);
 			note(r, 0, NULL, a.ino);
 		}
@@ -527,6 +536,13 @@ static int refresh_object(struct rec *r, const struct robj *o, uint64_t parent,
 		rc = 0; /* changed here meanwhile: ours wins */
 		goto out;
 	}
+	char known[S3_ETAG_MAX];
+	meta_get_etag(fs->meta, a.ino, known, sizeof(known));
+	if (S_ISREG(a.mode) && rm.etag[0] && strcmp(rm.etag, known) == 0 &&
+	    rm.in.size == a.size) {
+		rc = 0; /* the object we have, listed under another ETag */
+		goto out;
+	}
 	rc = meta_change_seq(fs->meta, a.ino, &seq);
 	if (rc)
 		goto out;
@@ -541,7 +557,7 @@ static int refresh_object(struct rec *r, const struct robj *o, uint64_t parent,
 					META_SET_CTIME,
 				&rm.in, &a);
 		if (!rc) {
-			meta_set_etag(fs->meta, a.ino, o->etag);
+			meta_set_etag(fs->meta, a.ino, object_etag(o, &rm));
 			note(r, parent, name, a.ino);
 			r->updated++;
 		} else if (rc == -EBUSY || rc == -EAGAIN) {
