@@ -487,6 +487,7 @@ struct req {
 	off_t body_off;
 	uint64_t body_len;
 	uint64_t body_pos; /* read position within the body, this attempt */
+	int body_streamed; /* the body came from an fd (timeouts: see below) */
 	char payload_hash[65];
 	unsigned stall_timeout_s;
 
@@ -965,7 +966,7 @@ static int prepare(s3_client *c, struct req *r, CURL *h, const char *url,
 						   : c->cfg.stall_timeout_s));
 	/* Small requests (no streamed body) are bounded by the deadline;
 	 * streamed ones by the stall timeout, however long they take. */
-	if (r->body_fd < 0 && r->sink_fd < 0)
+	if (r->body_fd < 0 && !r->body_streamed && r->sink_fd < 0)
 		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
 				 (long)(remaining_ms ? remaining_ms : 1));
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L << 10);
@@ -1063,6 +1064,40 @@ static int body_is_error(const struct req *r)
 		      "<Error>", 7) != NULL;
 }
 
+/* A signed payload is hashed before it is sent. Read twice from an fd
+ * that a writer changes meanwhile (a file written while it uploads), the
+ * hash and the bytes sent disagree and S3 answers BadDigest, again and
+ * again while the writes go on. So a signed body of up to
+ * SIGNED_BODY_MAX is read once into memory, and that copy is hashed and
+ * sent: a consistent snapshot of the range. Larger ones are hashed from
+ * the fd as they are (the s3_upload_* paths send at most a part each). */
+#define SIGNED_BODY_MAX (64u << 20)
+
+static int body_to_memory(struct req *r, char **owned)
+{
+	char *mem = malloc(r->body_len);
+	if (!mem)
+		return -ENOMEM;
+	for (uint64_t pos = 0; pos < r->body_len;) {
+		ssize_t n = pread(r->body_fd, mem + pos,
+				  (size_t)(r->body_len - pos),
+				  r->body_off + (off_t)pos);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int rc = n < 0 ? -errno : -EIO;
+			free(mem);
+			return rc;
+		}
+		pos += (uint64_t)n;
+	}
+	*owned = mem;
+	r->body = mem;
+	r->body_fd = -1;
+	r->body_streamed = 1;
+	return 0;
+}
+
 /* Runs r with retries. Returns 0 (2xx and no error body) or -errno; on
  * failure err (when given) says why. */
 static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
@@ -1071,6 +1106,8 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 	struct buf url = BUF_INIT, path = BUF_INIT, host = BUF_INIT,
 		   query = BUF_INIT;
 	char errbuf[CURL_ERROR_SIZE];
+	char *owned_body = NULL;
+	int given_fd = r->body_fd;
 	uint64_t start = now_ms();
 	int rc;
 
@@ -1084,7 +1121,14 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 	}
 	if (r->sink_fd < 0 && !r->sink_buf && r->body_fd < 0 && !r->body)
 		r->body_len = 0;
-	if (c->sign_payload || (r->body_fd < 0 && r->body_len < (1u << 20)))
+	rc = 0;
+	if (c->sign_payload && r->body_fd >= 0 && r->body_len > 0 &&
+	    r->body_len <= SIGNED_BODY_MAX)
+		rc = body_to_memory(r, &owned_body);
+	if (rc)
+		; /* reported below */
+	else if (c->sign_payload ||
+		 (r->body_fd < 0 && r->body_len < (1u << 20)))
 		rc = hash_body(r);
 	else
 		rc = (strcpy(r->payload_hash, SIGV4_UNSIGNED_PAYLOAD), 0);
@@ -1201,6 +1245,12 @@ done:
 	buf_free(&path);
 	buf_free(&host);
 	buf_free(&query);
+	if (owned_body) { /* the caller's fd body again, as it gave it */
+		free(owned_body);
+		r->body = NULL;
+		r->body_fd = given_fd;
+		r->body_streamed = 0;
+	}
 	if (err_out)
 		*err_out = err;
 	return rc;

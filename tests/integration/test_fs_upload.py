@@ -5,6 +5,8 @@ Run under `eval "$(hack/s3-local.sh env)"`.
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -167,3 +169,53 @@ def test_a_name_replaced_during_its_upload_ends_with_the_new_content(
         assert m.unmount() == 0, m.output()
     for r in range(rounds):
         assert body(s3, f"{prefix}/f{r}") == b"new %d\n" % r
+
+
+# O_DIRECT, so that each write reaches the daemon at once rather than
+# staying in the page cache until the next fsync
+WRITER = r'''
+import mmap, os, random, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_DIRECT)
+buf = mmap.mmap(-1, 4096)
+end = time.monotonic() + float(sys.argv[2])
+n = 0
+while time.monotonic() < end:
+    buf[:] = os.urandom(4096)
+    os.pwrite(fd, buf, random.randrange(2048) * 4096)
+    n += 1
+os.close(fd)
+print(n)
+'''
+
+
+def test_fsync_while_another_process_keeps_writing_succeeds(
+        volume, s3, tmp_path):
+    """The upload hashed the file, then sent it; a write in between made S3
+    answer BadDigest, so fsync failed with EIO (and the health file said S3
+    was failing) for as long as the writer went on. The body is now read
+    once and that copy is hashed and sent."""
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    root = Path(m.mountpoint)
+    try:
+        path = root / "busy.bin"
+        path.write_bytes(os.urandom(8 << 20))
+        w = subprocess.Popen([sys.executable, "-c", WRITER, str(path), "4"],
+                             stdout=subprocess.PIPE, text=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for _ in range(6):
+                time.sleep(0.4)
+                os.fsync(fd)  # EIO before the fix
+        finally:
+            os.close(fd)
+        out, _ = w.communicate(timeout=60)
+        assert w.returncode == 0 and int(out) > 100
+        health = (tmp_path / "c" / "health").read_text()
+        assert "s3=ok" in health, health
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        assert body(s3, f"{prefix}/busy.bin") == path.read_bytes()
+    finally:
+        assert m.unmount() == 0, m.output()
