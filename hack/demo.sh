@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # demo.sh: `make demo`, tierfs end to end against the local S3 (OpenStack Swift).
 #
-# Starts the local S3, mounts a volume with `tierfs mount` the way a node
-# will, runs real work in it (files, SQLite in WAL mode, git, fio), unmounts
-# (everything goes to S3), shows the objects that landed, mounts the same
-# volume again on an empty cache dir as a new node would and checks it, then
-# measures raw S3 throughput and cleans up. The CSI plugin that will drive
-# the mounts comes with issue 5.
+# Starts the local S3 and shows the S3 layer (s3fs-compatible objects,
+# multipart, byte-exact reads). Then the main job, through the CSI socket
+# of `tierfs-csi --mode all` (hack/demo-csi.py plays the provisioner and
+# kubelet): create a 10Gi volume, publish, stage and publish it into a pod
+# directory, real work in it (files, SQLite, git, fio), stats, live
+# expansion, unpublish and unstage (everything reaches S3), a snapshot, the
+# objects that landed, a restore of the snapshot checked on a fresh cache,
+# and the deletes. Ends with raw S3 throughput and the cleanup.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -15,9 +17,12 @@ BUCKET=${TIERFS_DEMO_BUCKET:-tierfs-demo}
 WORK=$(mktemp -d /var/tmp/tierfs-demo.XXXXXX)
 started_s3=0
 
+csi_pid=
 cleanup() {
-	for m in "$WORK"/mnt*; do
-		mountpoint -q "$m" 2>/dev/null && umount "$m"
+	if [ -n "$csi_pid" ]; then kill -TERM "$csi_pid" 2>/dev/null && wait "$csi_pid" || true; fi
+	# anything a failed run left mounted under $WORK
+	{ grep -o " $WORK[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do
+		umount -l "$m" 2>/dev/null || true
 	done
 	rm -rf "$WORK"
 	if [ "$started_s3" -eq 1 ]; then
@@ -73,67 +78,24 @@ cmp "$WORK/hello.py" "$WORK/odd.back"
 $CTL s3 get "s3://$BUCKET/$PREFIX/notebooks/hello.py" - | /usr/bin/python3 -
 echo "all bytes match"
 
-# Waits for the daemon serving cache dir $1 to exit (its final upload).
-wait_daemon() {
-	while pgrep -f -- "--cache-dir $1( |$)" >/dev/null; do sleep 0.2; done
-}
+step "starting tierfs-csi --mode all on $WORK/csi.sock (as a CSI node + controller)"
+build/tierfs-csi --mode all --endpoint "unix://$WORK/csi.sock" \
+	--node-id demo-node --cache-root "$WORK/csi-cache" \
+	--list-bucket "$BUCKET" 2>"$WORK/csi.log" &
+csi_pid=$!
+for _ in $(seq 100); do [ -S "$WORK/csi.sock" ] && break; sleep 0.1; done
+[ -S "$WORK/csi.sock" ] || { cat "$WORK/csi.log"; exit 1; }
+echo "tierfs-csi pid $csi_pid; driver $(grep -o 'driver [^,]*' "$WORK/csi.log")"
 
-VOL="s3://$BUCKET/$PREFIX/home/jovyan"
-step "mounting $VOL (tierfs mount, as the node plugin will)"
-mkdir -p "$WORK/mnt1"
-build/tierfs mount "$VOL" "$WORK/mnt1" --cache-dir "$WORK/cache1" \
-	--capacity 2G --uid 1000 --gid 100
-df -h "$WORK/mnt1"
-HOME_DIR=$WORK/mnt1
+# the volume's whole life, through the socket (hack/demo-csi.py)
+/usr/bin/python3 hack/demo-csi.py "$WORK/csi.sock" "$BUCKET" "$WORK"
 
-step "real work in the home directory: files, SQLite (WAL), git, fio"
-mkdir -p "$HOME_DIR/notebooks" "$HOME_DIR/data"
-cp "$WORK/hello.py" "$HOME_DIR/notebooks/"
-cp "$WORK/data.bin" "$HOME_DIR/data/"
-/usr/bin/python3 - "$HOME_DIR/notebooks/results.db" <<'PY'
-import sqlite3, sys
-c = sqlite3.connect(sys.argv[1])
-c.execute("PRAGMA journal_mode=WAL")
-c.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, score REAL)")
-for i in range(1000):
-    c.execute("INSERT INTO runs (score) VALUES (?)", (i / 7,))
-    if i % 100 == 0:
-        c.commit()
-c.commit()
-print("sqlite: 1000 rows,", c.execute("PRAGMA integrity_check").fetchone()[0])
-c.close()
-PY
-(
-	cd "$HOME_DIR" && git init -q project && cd project &&
-		cp ../notebooks/hello.py . && git add . &&
-		git -c user.name=demo -c user.email=demo@tierfs commit -qm first &&
-		echo "git: $(git log --oneline | wc -l) commit, fsck $(git fsck 2>&1 | wc -l) problems"
-)
-(cd "$HOME_DIR" && fio --name=randrw --rw=randrw --bs=4k --direct=1 \
-	--ioengine=libaio --iodepth=16 --numjobs=1 --size=32M --runtime=5 \
-	--time_based --group_reporting | grep -E "^ *(read|write):")
-rm -f "$HOME_DIR"/randrw.*
-
-step "unmounting: tierfs uploads what is left, then exits"
-umount "$WORK/mnt1"
-wait_daemon "$WORK/cache1"
-$CTL s3 ls -r "$VOL/" | grep -v '/project/.git/' | head -20
-echo "($($CTL s3 ls -r "$VOL/" | wc -l) objects in all)"
-
-step "a new node: the same volume on an empty cache dir"
-mkdir -p "$WORK/mnt2"
-build/tierfs mount "$VOL" "$WORK/mnt2" --cache-dir "$WORK/cache2"
-cmp "$WORK/data.bin" "$WORK/mnt2/data/data.bin"
-/usr/bin/python3 -c "
-import sqlite3, sys
-c = sqlite3.connect(sys.argv[1])
-print('sqlite on the new node:', c.execute('SELECT count(*) FROM runs').fetchone()[0],
-      'rows,', c.execute('PRAGMA integrity_check').fetchone()[0])
-" "$WORK/mnt2/notebooks/results.db"
-git -C "$WORK/mnt2/project" fsck && echo "git fsck on the new node: clean"
-ls -l "$WORK/mnt2/notebooks"
-umount "$WORK/mnt2"
-wait_daemon "$WORK/cache2"
+step "stopping tierfs-csi (SIGTERM); its log, one line per call"
+kill -TERM "$csi_pid"
+wait "$csi_pid"
+csi_pid=
+grep -c ' /csi.v1.' "$WORK/csi.log" | sed 's/$/ calls logged, e.g.:/'
+grep ' /csi.v1.' "$WORK/csi.log" | grep -E 'CreateVolume|NodeStage|NodeUnstage|CreateSnapshot' | head -6
 
 step "raw S3 throughput (tierfsctl s3 bench, 256 MiB, 8 threads)"
 $CTL s3 bench "s3://$BUCKET/$PREFIX/bench.bin" --size 256M --threads 8
@@ -144,4 +106,4 @@ left=$($CTL s3 ls -r "s3://$BUCKET/$PREFIX/" | wc -l)
 echo "objects left under the prefix: $left"
 [ "$left" -eq 0 ]
 echo
-echo "demo finished: a volume mounted, used, moved to a new node, and cleaned up"
+echo "demo finished: a volume created, staged, used, snapshotted, restored and deleted through CSI"
