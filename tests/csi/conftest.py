@@ -23,6 +23,29 @@ from csi_client import Plugin, csi_bin  # noqa: E402
 NODE_ID = "node-a"
 
 
+@pytest.fixture
+def s3():
+    """A boto3 client of the local S3 (tests that use it skip without
+    AWS_ENDPOINT_URL: skip_unless_s3)."""
+    import boto3
+    return boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+
+
+@pytest.fixture
+def bucket(s3, request):
+    """A fresh bucket named after the test file; emptied and removed after."""
+    import uuid
+    kind = Path(request.node.fspath).stem.replace("test_csi_", "")[:8]
+    name = f"{kind}-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=name)
+    yield name
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if objs:
+            s3.delete_objects(Bucket=name, Delete={"Objects": objs})
+    s3.delete_bucket(Bucket=name)
+
+
 class Running:
     def __init__(self, proc, sock, log_path, plugin):
         self.proc, self.sock, self.log_path = proc, sock, log_path

@@ -9,7 +9,6 @@ import os
 import re
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import grpc
@@ -20,7 +19,6 @@ from s3util import skip_unless_s3  # noqa: E402
 
 skip_unless_s3(fuse=False)
 
-import boto3  # noqa: E402
 
 from csi_client import status_of  # noqa: E402
 
@@ -33,23 +31,6 @@ SECRET = "Sekr1t-ctl-value-never-logged"
 def secrets():
     return {"accessKeyID": os.environ["AWS_ACCESS_KEY_ID"],
             "secretAccessKey": os.environ["AWS_SECRET_ACCESS_KEY"]}
-
-
-@pytest.fixture
-def s3():
-    return boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-
-
-@pytest.fixture
-def bucket(s3):
-    name = f"ctl-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=name)
-    yield name
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
-        objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if objs:
-            s3.delete_objects(Bucket=name, Delete={"Objects": objs})
-    s3.delete_bucket(Bucket=name)
 
 
 @pytest.fixture

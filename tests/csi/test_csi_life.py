@@ -19,7 +19,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,30 +29,15 @@ from s3util import skip_unless_s3  # noqa: E402
 
 skip_unless_s3(fuse=True)
 
-import boto3  # noqa: E402
-
 GiB = 1 << 30
 WHEELS = "/usr/share/python-wheels"
-
-
-@pytest.fixture
-def bucket():
-    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    name = f"life-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=name)
-    yield s3, name
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
-        objs = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if objs:
-            s3.delete_objects(Bucket=name, Delete={"Objects": objs})
-    s3.delete_bucket(Bucket=name)
 
 
 @pytest.fixture
 def cluster(start_plugin, tmp_path, bucket):
     """A controller and two nodes; afterwards every daemon they left under
     tmp_path is killed and its mounts detached."""
-    ctl = start_plugin("controller", "--list-bucket", bucket[1],
+    ctl = start_plugin("controller", "--list-bucket", bucket,
                        node_id=None).plugin
     nodes = {}
     for name in ("node-a", "node-b"):
@@ -168,9 +152,9 @@ def fingerprint(home):
     return out
 
 
-def test_the_whole_life_of_a_users_volume(cluster, bucket, tmp_path):
+def test_the_whole_life_of_a_users_volume(cluster, s3, bucket, tmp_path):
     ctl, nodes = cluster
-    s3, bkt = bucket
+    bkt = bucket
     pb = ctl.pb2
     params = {"bucket": bkt, "uid": str(os.getuid()), "gid": str(os.getgid()),
               "csi.storage.k8s.io/pvc/namespace": "jhub",
@@ -247,9 +231,10 @@ def test_the_whole_life_of_a_users_volume(cluster, bucket, tmp_path):
     assert left.get("KeyCount", 0) == 0, [o["Key"] for o in left["Contents"]]
 
 
-def test_twenty_volumes_staged_and_used_at_once(cluster, bucket, tmp_path):
+def test_twenty_volumes_staged_and_used_at_once(cluster, s3, bucket,
+                                                tmp_path):
     ctl, nodes = cluster
-    s3, bkt = bucket
+    bkt = bucket
     pb = ctl.pb2
     node = nodes["node-a"]
     vols = [ctl.CreateVolume(pb.CreateVolumeRequest(
