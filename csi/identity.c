@@ -8,6 +8,7 @@
 #include "plugin.h"
 
 #include "csi.pb-c.h"
+#include "s3conn.h"
 
 static grpc_status_code get_plugin_info(void *ctx, const ProtobufCMessage *req,
 					ProtobufCMessage **resp,
@@ -65,14 +66,18 @@ static grpc_status_code get_plugin_capabilities(void *ctx,
 	return GRPC_STATUS_OK;
 }
 
-/* Ready as soon as it serves: the plugin loads nothing at start-up, and
- * S3 credentials arrive with each volume's secrets. */
+/* Ready once it serves and, when a default S3 endpoint is configured,
+ * that endpoint answers: FAILED_PRECONDITION (unhealthy) saying why when
+ * it does not. Credentials arrive with each volume's secrets, so only
+ * reachability is checked. */
 static grpc_status_code probe(void *ctx, const ProtobufCMessage *req,
 			      ProtobufCMessage **resp, struct csi_error *err)
 {
-	(void)ctx;
 	(void)req;
-	(void)err;
+	char why[CSI_ERROR_MAX - 64];
+	if (csi_s3_reachable(ctx, why, sizeof(why)) != 0)
+		return csi_errorf(err, GRPC_STATUS_FAILED_PRECONDITION, "%s",
+				  why);
 	Csi__V1__ProbeResponse *r = csi_calloc(1, sizeof(*r));
 	csi__v1__probe_response__init(r);
 	r->ready = csi_calloc(1, sizeof(*r->ready));

@@ -2,6 +2,8 @@
  * s3conn.h). */
 #include "s3conn.h"
 
+#include <curl/curl.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,4 +325,34 @@ int csi_kv_get(const char *text, const char *key, char *out, size_t len)
 		line = end ? end + 1 : NULL;
 	}
 	return -ENOENT;
+}
+
+int csi_s3_reachable(const struct csi_plugin *p, char *why, size_t len)
+{
+	struct s3_config cfg;
+	base_config(p, NULL, NULL, &cfg);
+	if (!cfg.endpoint || !*cfg.endpoint)
+		return 0; /* none configured: each StorageClass names its own */
+	CURL *h = curl_easy_init();
+	if (!h) {
+		snprintf(why, len, "cannot start an HTTP client");
+		return -ENOMEM;
+	}
+	char errbuf[CURL_ERROR_SIZE] = "";
+	curl_easy_setopt(h, CURLOPT_URL, cfg.endpoint);
+	curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)CSI_PROBE_TIMEOUT_MS);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	if (cfg.ca_file)
+		curl_easy_setopt(h, CURLOPT_CAINFO, cfg.ca_file);
+	/* any HTTP answer (403 without credentials included) means S3 is
+	 * there; only no answer at all is a failure */
+	CURLcode cc = curl_easy_perform(h);
+	curl_easy_cleanup(h);
+	if (cc == CURLE_OK)
+		return 0;
+	snprintf(why, len, "S3 endpoint %s unreachable: %s", cfg.endpoint,
+		 errbuf[0] ? errbuf : curl_easy_strerror(cc));
+	return -EHOSTUNREACH;
 }

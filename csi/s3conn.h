@@ -105,6 +105,11 @@ int csi_s3_put_text(s3_client *c, const char *bucket, const char *key,
 		    const char *text, struct s3_error *e);
 
 /* "key=value\n" text: the value of key into out (0), or -ENOENT. */
+/* Whether the plugin's default S3 endpoint (--s3-endpoint, else
+ * AWS_ENDPOINT_URL) answers HTTP within CSI_PROBE_TIMEOUT_MS: 0 (also when
+ * none is configured), or -errno with why (no secrets in it). */
+#define CSI_PROBE_TIMEOUT_MS 3000
+int csi_s3_reachable(const struct csi_plugin *p, char *why, size_t len);
 int csi_kv_get(const char *text, const char *key, char *out, size_t len);
 
 #endif

@@ -47,6 +47,34 @@ def test_probe_reports_ready(start_plugin):
     assert r.HasField("ready") and r.ready.value is True
 
 
+def test_probe_fails_naming_an_s3_endpoint_that_does_not_answer(
+        start_plugin):
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    p = start_plugin("controller", "--s3-endpoint", url, node_id=None).plugin
+    code, detail = status_of(p.Probe, p.pb2.ProbeRequest(), timeout=10)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert url in detail and "unreachable" in detail
+
+
+def test_probe_is_ready_when_the_s3_endpoint_answers(start_plugin):
+    import http.server
+    import threading
+    srv = http.server.HTTPServer(("127.0.0.1", 0),
+                                 http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:  # any HTTP answer will do (here a 501): S3 is there
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        p = start_plugin("node", "--s3-endpoint", url).plugin
+        r = p.Probe(p.pb2.ProbeRequest(), timeout=10)
+        assert r.ready.value is True
+    finally:
+        srv.shutdown()
+
+
 @pytest.mark.parametrize("mode", ["all", "controller", "node"])
 def test_plugin_capabilities_are_the_same_in_every_mode(start_plugin, mode):
     """The spec: every instance of a plugin reports the capabilities of
