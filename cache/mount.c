@@ -37,6 +37,9 @@
 #include "serve.h"
 
 #define DEFAULT_CACHE_SIZE (20ull << 30)
+/* bytes of upload bodies held in memory at once (s3.h snapshot_budget):
+ * four 16 MiB parts */
+#define UPLOAD_SNAPSHOT_BUDGET (64ull << 20)
 
 struct mount_opts {
 	char *bucket; /* owned */
@@ -739,6 +742,8 @@ static int mount_main(int argc, char **argv)
 	memset(&o, 0, sizeof(o));
 	s3_config_init(&o.s3);
 	s3_config_from_env(&o.s3);
+	/* cache files change while they upload: send consistent copies */
+	o.s3.snapshot_budget = UPLOAD_SNAPSHOT_BUDGET;
 	fs_config_init(&o.fs);
 	o.cache_size = DEFAULT_CACHE_SIZE;
 	optind = 1;

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -72,6 +73,10 @@ struct s3_client {
 	pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
 
 	atomic_long clock_skew; /* seconds to add to local time when signing */
+
+	pthread_mutex_t snap_lock; /* bodies read into memory (see s3.h) */
+	pthread_cond_t snap_free;
+	uint64_t snap_held; /* protected by snap_lock */
 };
 
 /* --- configuration ------------------------------------------------------ */
@@ -284,6 +289,8 @@ int s3_client_create(const struct s3_config *cfg,
 	}
 	pthread_mutex_init(&c->cred_lock, NULL);
 	pthread_mutex_init(&c->pool_lock, NULL);
+	pthread_mutex_init(&c->snap_lock, NULL);
+	pthread_cond_init(&c->snap_free, NULL);
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_init(&c->share_lock[i], NULL);
 	c->share = curl_share_init();
@@ -304,6 +311,8 @@ int s3_client_create(const struct s3_config *cfg,
 fail_share:
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_destroy(&c->share_lock[i]);
+	pthread_cond_destroy(&c->snap_free);
+	pthread_mutex_destroy(&c->snap_lock);
 	pthread_mutex_destroy(&c->pool_lock);
 	pthread_mutex_destroy(&c->cred_lock);
 	s3_credentials_free(&c->creds);
@@ -327,6 +336,8 @@ void s3_client_destroy(s3_client *c)
 	curl_share_cleanup(c->share);
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_destroy(&c->share_lock[i]);
+	pthread_cond_destroy(&c->snap_free);
+	pthread_mutex_destroy(&c->snap_lock);
 	pthread_mutex_destroy(&c->pool_lock);
 	pthread_mutex_destroy(&c->cred_lock);
 	s3_credentials_free(&c->creds);
@@ -1067,35 +1078,59 @@ static int body_is_error(const struct req *r)
 /* A signed payload is hashed before it is sent. Read twice from an fd
  * that a writer changes meanwhile (a file written while it uploads), the
  * hash and the bytes sent disagree and S3 answers BadDigest, again and
- * again while the writes go on. So a signed body of up to
- * SIGNED_BODY_MAX is read once into memory, and that copy is hashed and
- * sent: a consistent snapshot of the range. Larger ones are hashed from
- * the fd as they are (the s3_upload_* paths send at most a part each). */
-#define SIGNED_BODY_MAX (64u << 20)
-
-static int body_to_memory(struct req *r, char **owned)
+ * again while the writes go on. With cfg.snapshot_budget set, such a body
+ * is read once into memory, and that copy is hashed and sent: a
+ * consistent snapshot of the range. The copies are mmap'd (returned to
+ * the system at once) and the client holds at most the budget; a request
+ * waits for room. */
+static int body_to_memory(s3_client *c, struct req *r, char **owned)
 {
-	char *mem = malloc(r->body_len);
-	if (!mem)
-		return -ENOMEM;
-	for (uint64_t pos = 0; pos < r->body_len;) {
+	pthread_mutex_lock(&c->snap_lock);
+	while (c->snap_held + r->body_len > c->cfg.snapshot_budget)
+		pthread_cond_wait(&c->snap_free, &c->snap_lock);
+	c->snap_held += r->body_len;
+	pthread_mutex_unlock(&c->snap_lock);
+	int rc = 0;
+	char *mem = mmap(NULL, r->body_len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED) {
+		rc = -ENOMEM;
+		mem = NULL;
+	}
+	for (uint64_t pos = 0; !rc && pos < r->body_len;) {
 		ssize_t n = pread(r->body_fd, mem + pos,
 				  (size_t)(r->body_len - pos),
 				  r->body_off + (off_t)pos);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0) {
-			int rc = n < 0 ? -errno : -EIO;
-			free(mem);
-			return rc;
-		}
-		pos += (uint64_t)n;
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO;
+		else
+			pos += (uint64_t)n;
+	}
+	if (rc) {
+		if (mem)
+			munmap(mem, r->body_len);
+		pthread_mutex_lock(&c->snap_lock);
+		c->snap_held -= r->body_len;
+		pthread_cond_broadcast(&c->snap_free);
+		pthread_mutex_unlock(&c->snap_lock);
+		return rc;
 	}
 	*owned = mem;
 	r->body = mem;
 	r->body_fd = -1;
 	r->body_streamed = 1;
 	return 0;
+}
+
+static void body_release(s3_client *c, char *owned, uint64_t len)
+{
+	munmap(owned, len);
+	pthread_mutex_lock(&c->snap_lock);
+	c->snap_held -= len;
+	pthread_cond_broadcast(&c->snap_free);
+	pthread_mutex_unlock(&c->snap_lock);
 }
 
 /* Runs r with retries. Returns 0 (2xx and no error body) or -errno; on
@@ -1123,8 +1158,8 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 		r->body_len = 0;
 	rc = 0;
 	if (c->sign_payload && r->body_fd >= 0 && r->body_len > 0 &&
-	    r->body_len <= SIGNED_BODY_MAX)
-		rc = body_to_memory(r, &owned_body);
+	    r->body_len <= c->cfg.snapshot_budget)
+		rc = body_to_memory(c, r, &owned_body);
 	if (rc)
 		; /* reported below */
 	else if (c->sign_payload ||
@@ -1246,7 +1281,7 @@ done:
 	buf_free(&host);
 	buf_free(&query);
 	if (owned_body) { /* the caller's fd body again, as it gave it */
-		free(owned_body);
+		body_release(c, owned_body, r->body_len);
 		r->body = NULL;
 		r->body_fd = given_fd;
 		r->body_streamed = 0;

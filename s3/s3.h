@@ -77,6 +77,13 @@ struct s3_config {
 	uint64_t part_size;
 	uint64_t multipart_threshold;
 	unsigned max_parts;
+	/* Signed bodies read from an fd that may change while they are sent
+	 * (a file being written): when non-zero, such a body of up to this
+	 * many bytes is read once into memory and that copy is hashed and
+	 * sent, with at most this many bytes held at once by the client
+	 * (others wait their turn). 0: hashed from the fd, then read again
+	 * to send (the fd must not change meanwhile). */
+	uint64_t snapshot_budget;
 	s3_log_fn log;
 	void *log_ctx;
 };
