@@ -55,6 +55,8 @@ struct touched {
 	int prefix; /* every key under it (a directory rename) */
 };
 
+#define FLUSH_TOKEN_MAX 80
+
 struct fs {
 	struct fs_config cfg;	 /* strings point at the copies below */
 	char *bucket;		 /* owned */
@@ -93,6 +95,8 @@ struct fs {
 	int has_bg;
 	int reconcile_soon; /* protected by lock */
 	int fenced; /* atomic: another node took the lease; no more writes */
+	/* the last snapshot flush request answered (index.c); bg thread */
+	char flushed_token[FLUSH_TOKEN_MAX];
 	uint64_t snap_changes; /* meta_changes() at the last snapshot */
 	int snap_known;	       /* snap_changes is valid */
 

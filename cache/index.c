@@ -38,6 +38,9 @@
 #include <unistd.h>
 
 #define INDEX_OBJECT LAYOUT_PRIVATE_DIR "/index.db"
+#define FLUSH_OBJECT LAYOUT_PRIVATE_DIR "/flush"
+#define FLUSHED_OBJECT LAYOUT_PRIVATE_DIR "/flushed"
+#define FLUSH_BODY_MAX 256
 #define INDEX_CONTENT_TYPE "application/vnd.sqlite3"
 
 /* ---- the listing ----------------------------------------------------------
@@ -816,11 +819,17 @@ int fs_reconcile(struct fs *fs)
 
 /* ---- the index snapshot -------------------------------------------------- */
 
+/* The key of a private object (".tierfs/NAME") under prefix. */
+static int private_key(const char *prefix, const char *rel, char **key)
+{
+	int n = *prefix ? asprintf(key, "%s/%s", prefix, rel)
+			: asprintf(key, "%s", rel);
+	return n < 0 ? -ENOMEM : 0;
+}
+
 static int index_key(const char *prefix, char **key)
 {
-	int n = *prefix ? asprintf(key, "%s/%s", prefix, INDEX_OBJECT)
-			: asprintf(key, "%s", INDEX_OBJECT);
-	return n < 0 ? -ENOMEM : 0;
+	return private_key(prefix, INDEX_OBJECT, key);
 }
 
 int fs_snapshot(struct fs *fs)
@@ -972,6 +981,54 @@ static void renew_lease(struct fs *fs)
 	}
 }
 
+/* A snapshot of a live volume (the CSI controller's CreateSnapshot) asks
+ * the lease holder to send everything first: it puts PREFIX/.tierfs/flush
+ * ("token=T") and copies the prefix once PREFIX/.tierfs/flushed carries
+ * the same token, which is written here after fs_flush_all() succeeded.
+ * Looked for at each lease renewal, so a request waits at most
+ * --lease-interval. */
+static void answer_flush_request(struct fs *fs)
+{
+	char *key = NULL, *done_key = NULL, body[FLUSH_BODY_MAX + 1];
+	char token[FLUSH_TOKEN_MAX];
+	struct s3_error e;
+	if (private_key(fs->prefix, FLUSH_OBJECT, &key) ||
+	    private_key(fs->prefix, FLUSHED_OBJECT, &done_key))
+		goto out;
+	ssize_t n = s3_get_buf(fs->s3, fs->bucket, key, 0, S3_TO_END, body,
+			       FLUSH_BODY_MAX, NULL, NULL, &e);
+	if (n < 0) /* -ENOENT: nobody asks */
+		goto out;
+	body[n] = '\0';
+	const char *t = strstr(body, "token=");
+	size_t tl = t ? strcspn(t + 6, "\n") : 0;
+	if (!t || tl == 0 || tl >= sizeof(token))
+		goto out;
+	memcpy(token, t + 6, tl);
+	token[tl] = '\0';
+	if (strcmp(token, fs->flushed_token) == 0)
+		goto out; /* answered already */
+	int rc = fs_flush_all(fs);
+	if (rc) {
+		fs_log("a snapshot asked for a flush, which failed (%s); will "
+		       "retry",
+		       strerror(-rc));
+		goto out;
+	}
+	int bl = snprintf(body, sizeof(body), "token=%s\nflushed=%lld\n", token,
+			  (long long)time(NULL));
+	struct s3_put_opts o = {"text/plain", NULL, 0};
+	if (s3_put_buf(fs->s3, fs->bucket, done_key, body, (size_t)bl, &o, NULL,
+		       &e) == 0) {
+		snprintf(fs->flushed_token, sizeof(fs->flushed_token), "%s",
+			 token);
+		fs_log("flushed for a snapshot (token %s)", token);
+	}
+out:
+	free(key);
+	free(done_key);
+}
+
 static void *bg_main(void *arg)
 {
 	struct fs *fs = arg;
@@ -1019,6 +1076,8 @@ static void *bg_main(void *arg)
 		pthread_mutex_unlock(&fs->lock);
 		if (next_lease <= now) {
 			renew_lease(fs);
+			if (!__atomic_load_n(&fs->fenced, __ATOMIC_RELAXED))
+				answer_flush_request(fs);
 			next_lease = fs_now_ms() + fs->cfg.lease_interval_ms;
 		} else if (rec) {
 			if (fs_reconcile(fs) != 0)

@@ -25,11 +25,12 @@
  *                            rendering the same prefix adopts the data.
  * A snapshot of BUCKET/PREFIX named N is BUCKET/.tierfs-snapshots/K/ (K is
  * N, or N made safe and shortened with a hash, see snap_make()), holding a
- * server-side copy of every object of the volume but its lease, and the
- * marker .tierfs/snapshot (name, source, size, objects, created). Its id
- * is "BUCKET/.tierfs-snapshots/K". A snapshot holds what S3 held when it
- * was taken: the controller cannot reach the node's daemon, so writes not
- * yet uploaded (DESIGN.md §6: seconds) are not in it.
+ * server-side copy of every object of the volume but its lease (and the
+ * flush handshake's objects), and the marker .tierfs/snapshot (name,
+ * source, size, objects, created). Its id is "BUCKET/.tierfs-snapshots/K".
+ * When a node has the volume mounted read-write (a live lease), it is
+ * first asked to send what it has not uploaded (flush_holder()), so the
+ * snapshot holds every write made before CreateSnapshot.
  *
  * Ids: an id with no "/" at all (e.g. csi-sanity's "fake-vol-id-...") is
  * one tierfs never made: NOT_FOUND, or OK where the spec says a missing
@@ -50,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "../s3/units.h"
@@ -60,6 +62,9 @@
 #define MARKER_REL ".tierfs/volume"
 #define RELEASED_REL ".tierfs/volume.released"
 #define LEASE_REL ".tierfs/lease"
+#define FLUSH_REL ".tierfs/flush"     /* a snapshot's flush request */
+#define FLUSHED_REL ".tierfs/flushed" /* the holder's answer */
+#define FLUSH_WAIT_S 50 /* the holder looks at each renewal (30 s) */
 #define SNAP_MARKER_REL ".tierfs/snapshot"
 #define MARKER_FORMAT "1"
 #define DEFAULT_CAPACITY (1ll << 30) /* no capacity_range: 1 GiB */
@@ -650,6 +655,58 @@ static int lease_live(const struct lease_view *lv)
 	       (long long)time(NULL) - lv->renewed < LEASE_LIVE_S;
 }
 
+/* A volume mounted read-write somewhere (a live lease, not a grant) may
+ * hold writes its node has not uploaded yet. Before a snapshot copies the
+ * prefix, the holder is asked to send them: a request object with a fresh
+ * token, answered (cache/index.c) by an object carrying the same token
+ * once everything is in S3. So a snapshot holds every write made before
+ * CreateSnapshot. UNAVAILABLE (the snapshotter retries) when the holder
+ * does not answer within FLUSH_WAIT_S. */
+static grpc_status_code flush_holder(s3_client *c,
+				     const struct csi_volume_ref *v,
+				     struct csi_error *err)
+{
+	struct lease_view lv;
+	struct s3_error e = {0};
+	int rc = lease_read(c, v, &lv, &e);
+	if (rc)
+		return csi_s3_status(rc, &e, err, "reading the volume's lease");
+	if (!lease_live(&lv) || strcmp(lv.owner, "grant") == 0)
+		return GRPC_STATUS_OK; /* nobody writes it: S3 has it all */
+	unsigned char raw[8];
+	char token[2 * sizeof(raw) + 1], body[128], got[TEXT_MAX], t[64];
+	char key[KEY_MAX], done_key[KEY_MAX];
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return csi_errorf(err, GRPC_STATUS_INTERNAL,
+				  "no random bytes for a flush token");
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(token + 2 * i, 3, "%02x", raw[i]);
+	rel_key(key, v->prefix, FLUSH_REL);
+	rel_key(done_key, v->prefix, FLUSHED_REL);
+	snprintf(body, sizeof(body), "token=%s\nrequested=%lld\n", token,
+		 (long long)time(NULL));
+	rc = csi_s3_put_text(c, v->bucket, key, body, &e);
+	if (rc)
+		return csi_s3_status(rc, &e, err, "asking the holder to flush");
+	for (time_t end = time(NULL) + FLUSH_WAIT_S; time(NULL) < end;) {
+		struct timespec ts = {0, 500 * 1000000L};
+		nanosleep(&ts, NULL);
+		rc = csi_s3_get_text(c, v->bucket, done_key, got, sizeof(got),
+				     &e);
+		if (rc == 0 && csi_kv_get(got, "token", t, sizeof(t)) == 0 &&
+		    strcmp(t, token) == 0)
+			return GRPC_STATUS_OK;
+		if (rc && rc != -ENOENT)
+			return csi_s3_status(rc, &e, err,
+					     "waiting for the holder's flush");
+	}
+	return csi_errorf(err, GRPC_STATUS_UNAVAILABLE,
+			  "node '%.100s' has the volume mounted and did not "
+			  "send its pending writes within %d s; no snapshot "
+			  "was taken (try again)",
+			  lv.host, FLUSH_WAIT_S);
+}
+
 /* Copies every object under src_prefix (ending in "/") to the same
  * relative key under dst_prefix (ending in "/"), but those whose relative
  * key is in skip. Adds the bytes copied to *bytes. */
@@ -859,9 +916,13 @@ static grpc_status_code create_volume(void *ctx, const ProtobufCMessage *req,
 						   "reading the snapshot");
 				goto out;
 			}
-			static const char *const skip[] = {
-				SNAP_MARKER_REL, MARKER_REL, RELEASED_REL,
-				LEASE_REL, NULL};
+			static const char *const skip[] = {SNAP_MARKER_REL,
+							   MARKER_REL,
+							   RELEASED_REL,
+							   LEASE_REL,
+							   FLUSH_REL,
+							   FLUSHED_REL,
+							   NULL};
 			char dst[KEY_MAX];
 			snprintf(dst, sizeof(dst), "%s/", v.prefix);
 			uint64_t bytes = 0;
@@ -1659,9 +1720,13 @@ static grpc_status_code create_snapshot(void *ctx, const ProtobufCMessage *req,
 		st = csi_s3_status(rc, &e, err, "reading the volume marker");
 		goto out;
 	}
+	st = flush_holder(c, &v, err);
+	if (st)
+		goto out;
 	char src[KEY_MAX];
 	snprintf(src, sizeof(src), "%s/", v.prefix);
-	static const char *const skip[] = {LEASE_REL, NULL};
+	static const char *const skip[] = {LEASE_REL, FLUSH_REL, FLUSHED_REL,
+					   NULL};
 	uint64_t bytes = 0;
 	size_t count = 0;
 	rc = copy_tree(c, v.bucket, src, sr.bucket, sr.dir, skip, &bytes,

@@ -19,6 +19,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -269,3 +270,34 @@ def test_twenty_volumes_staged_and_used_at_once(cluster, s3, bucket,
     for i in range(20):
         got = s3.get_object(Bucket=bkt, Key=f"many/user-{i:02d}/notes.txt")
         assert got["Body"].read() == datas[i]
+
+
+def test_a_snapshot_of_a_mounted_volume_holds_writes_not_yet_uploaded(
+        cluster, s3, bucket, tmp_path):
+    """CreateSnapshot asks the node that holds the volume's lease to send
+    its pending writes, and copies once it has. The daemon here uploads
+    only after 10 minutes but renews its lease every second."""
+    from tierfs_mount import Mount
+    ctl, _ = cluster
+    pb = ctl.pb2
+    vol = ctl.CreateVolume(pb.CreateVolumeRequest(
+        name="pvc-flush", parameters={"bucket": bucket, "prefix": "flush/u"},
+        secrets=secrets(), volume_capabilities=[rwo(pb)]),
+        timeout=60).volume
+    m = Mount(f"s3://{vol.volume_id}", str(tmp_path / "m"),
+              str(tmp_path / "c"), "--upload-delay", "10m",
+              "--lease-interval", "1s", "--node", "node-a")
+    try:
+        (Path(m.mountpoint) / "notes.txt").write_text("not uploaded yet\n")
+        time.sleep(1)
+        assert "Contents" not in s3.list_objects_v2(
+            Bucket=bucket, Prefix="flush/u/notes.txt")
+        snap = ctl.CreateSnapshot(pb.CreateSnapshotRequest(
+            source_volume_id=vol.volume_id, name="snap-flush",
+            secrets=secrets()), timeout=120).snapshot
+        key = snap.snapshot_id.split("/", 1)[1] + "/notes.txt"
+        got = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert got == b"not uploaded yet\n"
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert "flushed for a snapshot" in m.output()
