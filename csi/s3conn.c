@@ -83,6 +83,12 @@ grpc_status_code csi_s3_from_secrets(const struct csi_plugin *p,
 				  "secrets: '%s' is required (the S3 secret "
 				  "key)",
 				  CSI_SECRET_SECRET_KEY);
+	/* calls that carry no volume_context (Delete, Expand, snapshots,
+	 * unpublish) find a StorageClass's own endpoint in its secret */
+	if (!endpoint || !*endpoint)
+		endpoint = csi_map_get(n, secrets, CSI_SECRET_ENDPOINT);
+	if (!region || !*region)
+		region = csi_map_get(n, secrets, CSI_SECRET_REGION);
 	struct s3_config cfg;
 	base_config(p, endpoint, region, &cfg);
 	struct s3_credentials cr = {0};

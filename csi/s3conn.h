@@ -33,6 +33,10 @@
 #define CSI_SECRET_ACCESS_KEY "accessKeyID"
 #define CSI_SECRET_SECRET_KEY "secretAccessKey"
 #define CSI_SECRET_SESSION_TOKEN "sessionToken"
+/* optional: where the volume's S3 is when not at --s3-endpoint; read
+ * when the call itself names none (StorageClass `endpoint`/`region`) */
+#define CSI_SECRET_ENDPOINT "endpoint"
+#define CSI_SECRET_REGION "region"
 
 /* Every protobuf-c map entry (FooEntry) has this layout: base, key, value.
  * The map helpers take a map as (n, entries) cast to this type. */

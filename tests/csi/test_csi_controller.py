@@ -227,6 +227,27 @@ def test_unreachable_endpoint_is_unavailable(ctl, bucket):
     assert code == grpc.StatusCode.UNAVAILABLE, details
 
 
+def test_a_storage_class_endpoint_reaches_calls_without_context_via_secret(
+        start_plugin, s3, bucket):
+    """The plugin's default endpoint is wrong here; the StorageClass names
+    the right one. CreateVolume has it in its parameters; DeleteVolume
+    (no volume_context) finds it in the secret's `endpoint` key."""
+    p = start_plugin("controller", "--s3-endpoint", "http://127.0.0.1:9",
+                     node_id=None).plugin
+    pb = p.pb2
+    real = os.environ["AWS_ENDPOINT_URL"]
+    vol = create(p, bucket, params={"endpoint": real})
+    assert any(k.endswith(".tierfs/volume") for k in keys(s3, bucket))
+    code, _ = status_of(p.DeleteVolume, pb.DeleteVolumeRequest(
+        volume_id=vol.volume_id, secrets=secrets()), timeout=60)
+    assert code == grpc.StatusCode.UNAVAILABLE  # the default: wrong
+    p.DeleteVolume(pb.DeleteVolumeRequest(
+        volume_id=vol.volume_id, secrets=dict(secrets(), endpoint=real)),
+        timeout=60)
+    assert not any(k.startswith(vol.volume_id.split("/", 1)[1] + "/")
+                   for k in keys(s3, bucket))
+
+
 def test_wrong_secret_is_permission_denied_and_never_echoed(ctl, bucket):
     p = ctl.plugin
     bad = {"accessKeyID": os.environ["AWS_ACCESS_KEY_ID"],
