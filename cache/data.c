@@ -167,7 +167,7 @@ struct data {
 
 /* ---- small helpers ---- */
 
-static int room_for(struct data *d, uint64_t len);
+static int room_for(struct data *d, uint64_t len, int urgent);
 
 static void die(const char *what, int rc)
 {
@@ -827,7 +827,7 @@ out:
 
 /* Fetches [s, e), which is absent and not in flight. Drops f->lock while
  * the callback runs; returns with it held. */
-static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e)
+static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e, int urgent)
 {
 	struct data *d = f->d;
 	uint64_t gs, ge;
@@ -835,7 +835,8 @@ static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e)
 	(void)ge;
 	assert(ranges_first_gap(&f->present, s, e, &gs, &ge) && gs == s &&
 	       ge == e);
-	int rc = room_for(d, e - s); /* twice that, briefly: the tmp file */
+	/* twice that, briefly: the tmp file */
+	int rc = room_for(d, e - s, urgent);
 	if (!rc)
 		rc = inflight_add(f, s, e);
 	if (rc)
@@ -869,7 +870,7 @@ static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e)
  * gap that reaches the request's end to ra bytes (*used is then set).
  * Called and returns with f->lock held. */
 static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
-		       uint64_t ra, int *used)
+		       uint64_t ra, int urgent, int *used)
 {
 	for (;;) {
 		uint64_t stop = min_u64(end, f->size), gs, ge;
@@ -892,7 +893,7 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 			*used = 1;
 		}
 		fe = inflight_clip(f, gs, fe);
-		int rc = fetch_locked(f, gs, fe);
+		int rc = fetch_locked(f, gs, fe, urgent);
 		if (rc)
 			return rc;
 	}
@@ -1314,7 +1315,7 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	else
 		f->window = 0;
 	f->seq_next = end;
-	int rc = fill_locked(f, off, end, ra, &used);
+	int rc = fill_locked(f, off, end, ra, 0, &used);
 	if (used)
 		f->window = min_u64(2 * ra, d->cfg.readahead_max);
 	end = min_u64(end, f->size); /* a truncate may have run meanwhile */
@@ -1345,13 +1346,16 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 /* -ENOSPC when writing len more bytes would eat into the reserve. The
  * flusher's eviction frees clean data as uploads finish; until then
  * writes fail cleanly and the store keeps working. */
-static int room_for(struct data *d, uint64_t len)
+/* Whether len more bytes fit and leave the reserve free; urgent ones (an
+ * upload's fetch) may take three quarters of the reserve. */
+static int room_for(struct data *d, uint64_t len, int urgent)
 {
 	struct statvfs sv;
 	if (!d->reserve || fstatvfs(d->dirfd, &sv) != 0)
 		return 0;
 	uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-	return avail < d->reserve || avail - d->reserve < len ? -ENOSPC : 0;
+	uint64_t keep = urgent ? d->reserve / 4 : d->reserve;
+	return avail < keep || avail - keep < len ? -ENOSPC : 0;
 }
 
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,
@@ -1363,7 +1367,7 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	if (len > SSIZE_MAX || off > (uint64_t)INT64_MAX - len)
 		return -EFBIG;
 	uint64_t end = off + len;
-	int rc = room_for(f->d, len);
+	int rc = room_for(f->d, len, 0);
 	if (rc)
 		return rc;
 	lock_mutex(&f->lock);
@@ -1400,7 +1404,7 @@ int data_truncate(struct data_file *f, uint64_t size)
 	uint64_t old = f->size;
 	if (size < old) {
 		rc = shrink_locked(f, size);
-	} else if (size > old && (rc = room_for(f->d, size - old)) == 0) {
+	} else if (size > old && (rc = room_for(f->d, size - old, 0)) == 0) {
 		struct buf b = BUF_INIT;
 		/* cut first: stale bytes past the old size (a crash between a
 		 * shrink's log line and its ftruncate) must read as zeros */
@@ -1464,7 +1468,10 @@ int data_hydrate(struct data_file *f, uint64_t off, uint64_t len)
 	int used = 0;
 	lock_mutex(&f->lock);
 	uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
-	int rc = fill_locked(f, off, end, 0, &used);
+	/* for an upload: it may use most of the reserve, or a full cache
+	 * disk whose dirty file needs a few bytes fetched could never free
+	 * itself */
+	int rc = fill_locked(f, off, end, 0, 1, &used);
 	check_file(f);
 	unlock_mutex(&f->lock);
 	return rc;

@@ -83,7 +83,9 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
  * growth adds a present, dirty hole of zeros. */
 int data_truncate(struct data_file *f, uint64_t size);
 /* Fetches every missing range, so that the cache file is FULL (before a
- * whole-object upload). */
+ * whole-object upload). Uploads use it, so it may dip into the cache
+ * disk's reserve: a full disk must not keep its own dirty data from
+ * uploading. */
 int data_hydrate_all(struct data_file *f);
 /* The same for [off, off+len) only (clipped to the size): the parts of a
  * file a partial re-upload sends. */

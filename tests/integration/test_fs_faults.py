@@ -9,6 +9,7 @@ under `eval "$(hack/s3-local.sh env)"`.
 """
 
 import errno
+import mmap
 import os
 import subprocess
 import time
@@ -184,3 +185,56 @@ def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
     assert body(s3, f"{prefix}/before") == b"saved before\n"
     assert body(s3, f"{prefix}/after") == b"written after\n"
     assert "disk is full" not in log
+
+
+def test_a_full_cache_disk_still_uploads_a_file_with_a_hole(
+        volume, s3, bucket, tmp_path):
+    """A file already in S3 grows past a hole until the cache disk (a
+    48 MiB tmpfs) is full. Its upload must fetch the hole's bytes first;
+    with no room for them the upload failed with ENOSPC forever, so the
+    dirty data could never be evicted and the disk never freed. Uploads
+    may now use part of the disk's reserve."""
+    url, prefix = volume
+    small = tmp_path / "small-disk"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs",
+                    str(small)], check=True)
+    m, log = None, ""
+    try:
+        m = Mount(url, str(tmp_path / "m"), str(small / "c"),
+                  "--upload-delay", "10m")
+        path = Path(m.mountpoint) / "holey"
+        with open(path, "wb") as f:  # in S3: its first MiB
+            f.write(os.urandom(1 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+        written = 0
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+        buf = mmap.mmap(-1, 1 << 20)
+        try:  # from 2 MiB on, until the disk is full: [1, 2) MiB a hole
+            while True:
+                buf[:] = os.urandom(1 << 20)
+                os.pwrite(fd, buf, (2 << 20) + written)
+                written += 1 << 20
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        assert written >= 8 << 20
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # ENOSPC for good before the fix
+        finally:
+            os.close(fd)
+        size = (2 << 20) + written
+        got = s3.head_object(Bucket=bucket,
+                             Key=f"{prefix}/holey")["ContentLength"]
+        assert got == size
+        data = path.read_bytes()
+        assert data[1 << 20:2 << 20] == bytes(1 << 20)
+    finally:
+        if m:
+            rc = m.unmount()
+            log = m.output()
+            assert rc == 0, log
+        subprocess.run(["umount", str(small)], check=False)
