@@ -925,6 +925,34 @@ static int read_state(const char *cache_dir, char *buf, size_t len)
 	return 0;
 }
 
+/* What the state file in cache_dir says of the daemon serving mountpoint:
+ * its real path (mnt), the supervisor's pid and its state. 0, or 2 after
+ * saying on stderr why it does not serve that mountpoint. */
+static int daemon_of(const char *mountpoint, const char *cache_dir,
+		     char mnt[PATH_MAX], pid_t *pid, char state[32])
+{
+	char st[2048], where[PATH_MAX], pid_s[32];
+	if (!realpath(mountpoint, mnt)) {
+		fprintf(stderr, "tierfs: '%s': %s\n", mountpoint,
+			strerror(errno));
+		return 2;
+	}
+	if (read_state(cache_dir, st, sizeof(st)) != 0) {
+		fprintf(stderr, "tierfs: no daemon state in '%s'\n", cache_dir);
+		return 2;
+	}
+	state_field(st, "mountpoint", where, sizeof(where));
+	state_field(st, "supervisor", pid_s, sizeof(pid_s));
+	state_field(st, "state", state, 32);
+	*pid = (pid_t)strtol(pid_s, NULL, 10);
+	if (strcmp(where, mnt) != 0) {
+		fprintf(stderr, "tierfs: '%s' serves '%s', not '%s'\n",
+			cache_dir, where, mnt);
+		return 2;
+	}
+	return 0;
+}
+
 /* Unmounts and waits until the daemon has put everything in S3 (what
  * NodeUnstage needs): 0 then, 1 when something stayed behind, 2 for bad
  * arguments. */
@@ -953,29 +981,15 @@ static int unmount_main(int argc, char **argv)
 				"DIR [--timeout 10m]\n");
 		return 2;
 	}
-	char mnt[PATH_MAX], st[2048], pid_s[32], result[32], where[PATH_MAX];
-	if (!realpath(argv[optind], mnt)) {
-		fprintf(stderr, "tierfs: '%s': %s\n", argv[optind],
-			strerror(errno));
+	char mnt[PATH_MAX], st[2048], result[32], state[32];
+	pid_t pid;
+	if (daemon_of(argv[optind], cache_dir, mnt, &pid, state))
 		return 2;
-	}
-	if (read_state(cache_dir, st, sizeof(st)) != 0) {
-		fprintf(stderr, "tierfs: no daemon state in '%s'\n", cache_dir);
-		return 2;
-	}
-	state_field(st, "mountpoint", where, sizeof(where));
-	state_field(st, "supervisor", pid_s, sizeof(pid_s));
-	if (strcmp(where, mnt) != 0) {
-		fprintf(stderr, "tierfs: '%s' serves '%s', not '%s'\n",
-			cache_dir, where, mnt);
-		return 2;
-	}
 	if (umount2(mnt, 0) != 0 && errno != EINVAL) {
 		fprintf(stderr, "tierfs: umount '%s': %s\n", mnt,
 			strerror(errno));
 		return 1;
 	}
-	pid_t pid = (pid_t)strtol(pid_s, NULL, 10);
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
@@ -1046,22 +1060,11 @@ static int resize_main(int argc, char **argv)
 	}
 	if (parse_size("--capacity", size_s, &cap))
 		return 2;
-	char mnt[PATH_MAX], st[2048], where[PATH_MAX], pid_s[32], state[32];
-	if (!realpath(argv[optind], mnt)) {
-		fprintf(stderr, "tierfs: '%s': %s\n", argv[optind],
-			strerror(errno));
+	char mnt[PATH_MAX], state[32];
+	pid_t pid;
+	if (daemon_of(argv[optind], cache_dir, mnt, &pid, state))
 		return 2;
-	}
-	if (read_state(cache_dir, st, sizeof(st)) != 0) {
-		fprintf(stderr, "tierfs: no daemon state in '%s'\n", cache_dir);
-		return 2;
-	}
-	state_field(st, "mountpoint", where, sizeof(where));
-	state_field(st, "supervisor", pid_s, sizeof(pid_s));
-	state_field(st, "state", state, sizeof(state));
-	pid_t pid = (pid_t)strtol(pid_s, NULL, 10);
-	if (strcmp(where, mnt) != 0 || strcmp(state, "serving") != 0 ||
-	    pid <= 0 || kill(pid, 0) != 0) {
+	if (strcmp(state, "serving") != 0 || pid <= 0 || kill(pid, 0) != 0) {
 		fprintf(stderr, "tierfs: '%s' does not serve '%s' now\n",
 			cache_dir, mnt);
 		return 2;
