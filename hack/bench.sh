@@ -64,3 +64,7 @@ rm -f "$raw"
 
 # a new node mounting a 100,000-file volume (DESIGN §8: about 1 s)
 hack/bench-coldmount.sh
+
+# what a crash costs: the stall per worker restart, and recovery with
+# 1 GiB dirty (issue 4)
+/usr/bin/python3 hack/bench-restart.py
