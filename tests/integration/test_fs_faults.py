@@ -35,6 +35,25 @@ def swift(action):
 OUTAGE_S = float(os.environ.get("TIERFS_OUTAGE_S", "120"))
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """small_disk("48m"): a tmpfs of that size for a cache dir, unmounted
+    after the test (after the test's own unmount of tierfs)."""
+    made = []
+
+    def make(size):
+        d = tmp_path / f"small-disk-{len(made)}"
+        d.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                        "tmpfs", str(d)], check=True)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
 def fsync_path(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -44,17 +63,14 @@ def fsync_path(path):
 
 
 def test_s3_out_of_reach_for_two_minutes_then_back_loses_nothing(
-        volume, s3, tmp_path):
+        volume, s3, tmp_path, small_disk):
     """Swift stopped for OUTAGE_S seconds under a workload, with the cache
     dir on a 64 MiB tmpfs: cached reads go on, writes are accepted until
     the cache disk is full and then get ENOSPC (nothing else), fsync gives
     EIO after --s3-timeout, and once Swift is back every acknowledged
     write reaches S3 and the disk frees up again."""
     url, prefix = volume
-    small = tmp_path / "small-disk"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs",
-                    str(small)], check=True)
+    small = small_disk("64m")
     m = None
     try:
         m = Mount(url, str(tmp_path / "m"), str(small / "c"),
@@ -132,19 +148,15 @@ def test_s3_out_of_reach_for_two_minutes_then_back_loses_nothing(
             rc = m.unmount()
             log = m.output()
             assert rc == 0, log
-        subprocess.run(["umount", str(small)], check=False)
 
 
 def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
-        volume, s3, tmp_path):
+        volume, s3, tmp_path, small_disk):
     """The cache dir on a 48 MiB tmpfs, and a 100 MiB file written into it:
     the write fails with ENOSPC, the daemon and its metadata store go on,
     and once uploads let clean data be evicted, writes work again."""
     url, prefix = volume
-    small = tmp_path / "small-disk"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs",
-                    str(small)], check=True)
+    small = small_disk("48m")
     m, log = None, ""
     try:
         m = Mount(url, str(tmp_path / "m"), str(small / "c"),
@@ -181,24 +193,20 @@ def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
             rc = m.unmount()
             log = m.output()  # its file is on the small disk
             assert rc == 0, log
-        subprocess.run(["umount", str(small)], check=False)
     assert body(s3, f"{prefix}/before") == b"saved before\n"
     assert body(s3, f"{prefix}/after") == b"written after\n"
     assert "disk is full" not in log
 
 
 def test_a_full_cache_disk_still_uploads_a_file_with_a_hole(
-        volume, s3, bucket, tmp_path):
+        volume, s3, bucket, tmp_path, small_disk):
     """A file already in S3 grows past a hole until the cache disk (a
     48 MiB tmpfs) is full. Its upload must fetch the hole's bytes first;
     with no room for them the upload failed with ENOSPC forever, so the
     dirty data could never be evicted and the disk never freed. Uploads
     may now use part of the disk's reserve."""
     url, prefix = volume
-    small = tmp_path / "small-disk"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs",
-                    str(small)], check=True)
+    small = small_disk("48m")
     m, log = None, ""
     try:
         m = Mount(url, str(tmp_path / "m"), str(small / "c"),
@@ -237,4 +245,3 @@ def test_a_full_cache_disk_still_uploads_a_file_with_a_hole(
             rc = m.unmount()
             log = m.output()
             assert rc == 0, log
-        subprocess.run(["umount", str(small)], check=False)
