@@ -1083,6 +1083,18 @@ static int body_is_error(const struct req *r)
  * consistent snapshot of the range. The copies are mmap'd (returned to
  * the system at once) and the client holds at most the budget; a request
  * waits for room. */
+/* Unmaps a body copy (NULL: none was made) and gives its bytes back to
+ * the budget. */
+static void body_release(s3_client *c, char *owned, uint64_t len)
+{
+	if (owned)
+		munmap(owned, len);
+	pthread_mutex_lock(&c->snap_lock);
+	c->snap_held -= len;
+	pthread_cond_broadcast(&c->snap_free);
+	pthread_mutex_unlock(&c->snap_lock);
+}
+
 static int body_to_memory(s3_client *c, struct req *r, char **owned)
 {
 	pthread_mutex_lock(&c->snap_lock);
@@ -1109,12 +1121,7 @@ static int body_to_memory(s3_client *c, struct req *r, char **owned)
 			pos += (uint64_t)n;
 	}
 	if (rc) {
-		if (mem)
-			munmap(mem, r->body_len);
-		pthread_mutex_lock(&c->snap_lock);
-		c->snap_held -= r->body_len;
-		pthread_cond_broadcast(&c->snap_free);
-		pthread_mutex_unlock(&c->snap_lock);
+		body_release(c, mem, r->body_len);
 		return rc;
 	}
 	*owned = mem;
@@ -1122,15 +1129,6 @@ static int body_to_memory(s3_client *c, struct req *r, char **owned)
 	r->body_fd = -1;
 	r->body_streamed = 1;
 	return 0;
-}
-
-static void body_release(s3_client *c, char *owned, uint64_t len)
-{
-	munmap(owned, len);
-	pthread_mutex_lock(&c->snap_lock);
-	c->snap_held -= len;
-	pthread_cond_broadcast(&c->snap_free);
-	pthread_mutex_unlock(&c->snap_lock);
 }
 
 /* Runs r with retries. Returns 0 (2xx and no error body) or -errno; on
