@@ -826,6 +826,8 @@ static void destroy_locks(struct fs *fs)
 	pthread_cond_destroy(&fs->claim_free);
 	pthread_mutex_destroy(&fs->touch_lock);
 	pthread_mutex_destroy(&fs->health_lock);
+	pthread_mutex_destroy(&fs->space_lock);
+	pthread_cond_destroy(&fs->space_given);
 	pthread_mutex_destroy(&fs->lock);
 }
 
@@ -855,6 +857,8 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 		goto fail_strings;
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_mutex_init(&fs->health_lock, NULL);
+	pthread_mutex_init(&fs->space_lock, NULL);
+	pthread_cond_init(&fs->space_given, NULL);
 	pthread_rwlockattr_t ra;
 	pthread_rwlockattr_init(&ra);
 	/* a deletion or rename must not wait behind a stream of uploads */
@@ -987,15 +991,46 @@ static int check_name(const char *name)
 	return strlen(name) > META_NAME_MAX ? -ENAMETOOLONG : 0;
 }
 
-/* ENOSPC when growing usage by grow bytes would pass the capacity. */
-static int check_space(struct fs *fs, uint64_t grow)
+/* Reserves grow bytes of usage against the quota; *held gets what to give
+ * back with space_give() once meta counts the growth. The check and the
+ * reservation are one step, so writes arriving at once cannot all pass the
+ * last free byte. -ENOSPC when it does not fit. Writes past the same end
+ * reserve overlapping growth, so one that does not fit while others are
+ * in flight waits for them to be counted before it decides. */
+static int space_take(struct fs *fs, uint64_t grow, uint64_t *held)
 {
 	uint64_t bytes, inodes;
 	uint64_t cap = fs_capacity(fs);
+	int rc = 0;
+	*held = 0;
 	if (!cap || grow == 0)
 		return 0;
-	meta_usage(fs->meta, &bytes, &inodes);
-	return bytes + grow > cap ? -ENOSPC : 0;
+	pthread_mutex_lock(&fs->space_lock);
+	for (;;) {
+		meta_usage(fs->meta, &bytes, &inodes);
+		if (bytes + fs->space_held + grow <= cap) {
+			fs->space_held += grow;
+			*held = grow;
+			break;
+		}
+		if (fs->space_held == 0) {
+			rc = -ENOSPC;
+			break;
+		}
+		pthread_cond_wait(&fs->space_given, &fs->space_lock);
+	}
+	pthread_mutex_unlock(&fs->space_lock);
+	return rc;
+}
+
+static void space_give(struct fs *fs, uint64_t held)
+{
+	if (held == 0)
+		return;
+	pthread_mutex_lock(&fs->space_lock);
+	fs->space_held -= held;
+	pthread_cond_broadcast(&fs->space_given);
+	pthread_mutex_unlock(&fs->space_lock);
 }
 
 /* --- handlers
@@ -1066,17 +1101,23 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 }
 
+/* Sets the cached data's size; *held: quota growth for space_give() once
+ * meta has the new size. */
 static int truncate_data(struct fs *fs, uint64_t ino, uint64_t old,
-			 uint64_t size)
+			 uint64_t size, uint64_t *held)
 {
 	struct data_file *df;
-	int rc = check_space(fs, size > old ? size - old : 0);
+	int rc = space_take(fs, size > old ? size - old : 0, held);
 	if (!rc)
 		rc = data_get(fs->data, ino, old, &df);
 	if (rc)
 		return rc;
 	rc = data_truncate(df, size);
 	data_put(df);
+	if (rc) {
+		space_give(fs, *held);
+		*held = 0;
+	}
 	return rc;
 }
 
@@ -1087,6 +1128,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	struct meta_attr cur, in, out;
 	struct stat st;
 	unsigned mask = 0;
+	uint64_t held = 0;
 	struct timespec now = fs_now_real();
 	(void)fi;
 	int rc = read_only(fs) ? -EROFS : meta_getattr(fs->meta, ino, &cur);
@@ -1110,7 +1152,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			rc = S_ISDIR(cur.mode) ? -EISDIR : -EINVAL;
 			goto fail;
 		}
-		rc = truncate_data(fs, ino, cur.size, (uint64_t)attr->st_size);
+		rc = truncate_data(fs, ino, cur.size, (uint64_t)attr->st_size,
+				   &held);
 		if (rc)
 			goto fail;
 		mask |= META_SET_SIZE | META_SET_MTIME;
@@ -1132,6 +1175,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		in.ctime = attr->st_ctim;
 	}
 	rc = meta_setattr(fs->meta, ino, mask, &in, &out);
+	space_give(fs, held);
 	if (rc)
 		goto fail;
 	mark_dirty(fs, ino,
@@ -1696,10 +1740,12 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	}
 	uint64_t old = data_size(df);
 	uint64_t end = (uint64_t)off + size;
-	rc = check_space(fs, end > old ? end - old : 0);
+	uint64_t held;
+	rc = space_take(fs, end > old ? end - old : 0, &held);
 	ssize_t n = rc ? rc : data_write(df, buf, size, (uint64_t)off);
 	if (n < 0) {
 		data_put(df);
+		space_give(fs, held);
 		fuse_reply_err(req, (int)-n);
 		return;
 	}
@@ -1711,6 +1757,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	meta_setattr(fs->meta, ino,
 		     (in.size != old ? META_SET_GROW : 0) | META_SET_MTIME, &in,
 		     &out);
+	space_give(fs, held);
 	mark_dirty(fs, ino, META_DIRTY_DATA);
 	fuse_reply_write(req, (size_t)n);
 }
@@ -1973,7 +2020,8 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	}
 	uint64_t old = data_size(df);
 	if (!rc && end > old) {
-		rc = check_space(fs, end - old);
+		uint64_t held;
+		rc = space_take(fs, end - old, &held);
 		if (!rc)
 			rc = data_truncate(df, end);
 		if (!rc) {
@@ -1984,6 +2032,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 					  META_SET_GROW | META_SET_MTIME, &in,
 					  &out);
 		}
+		space_give(fs, held);
 		if (!rc)
 			mark_dirty(fs, ino, META_DIRTY_DATA);
 	}

@@ -100,6 +100,11 @@ struct fs {
 	uint64_t snap_changes; /* meta_changes() at the last snapshot */
 	int snap_known;	       /* snap_changes is valid */
 
+	/* growth in flight against the quota (fs.c space_take) */
+	pthread_mutex_t space_lock;
+	pthread_cond_t space_given;
+	uint64_t space_held; /* protected by space_lock */
+
 	/* health.c: what S3 said last, for CACHE_DIR/health */
 	pthread_mutex_t health_lock;
 	uint64_t s3_ok_ms, s3_err_ms; /* protected by health_lock */

@@ -18,7 +18,9 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -389,6 +391,45 @@ def test_full_volume_remounts_full_and_deleting_frees_space(volume, tmp_path):
     m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache2"), *args)
     try:
         check_full_volume(m, files, full_free, "f1")
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_writers_at_once_never_pass_the_capacity(volume, tmp_path):
+    """16 files written and fsynced at once into a 4 MiB volume: the quota
+    check and the growth it allows are one step, so no more than 4 MiB is
+    ever stored. When they were two, writes that arrived together all
+    passed the check (a 3 MiB write into a 2 MiB volume succeeded in CI)."""
+    url, _ = volume
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
+              "--capacity", "4M", "--upload-delay", "200ms")
+    root = Path(m.mountpoint)
+    n = 16
+    try:
+        for rnd in range(10):
+            barrier = threading.Barrier(n)
+            saved = {}
+
+            def writer(i):
+                data = os.urandom(MiB)
+                barrier.wait()
+                try:
+                    write_file(root / f"w{rnd}-{i}", data)
+                    saved[f"w{rnd}-{i}"] = data
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+                    os.unlink(root / f"w{rnd}-{i}")  # what it holds is undefined
+
+            with ThreadPoolExecutor(n) as pool:
+                list(pool.map(writer, range(n)))
+            assert 1 <= len(saved) <= 4, (rnd, sorted(saved))
+            assert sorted(os.listdir(root)) == sorted(saved)
+            assert wait_free(root, (4 - len(saved)) * MiB) == (4 - len(saved)) * MiB
+            for name, data in saved.items():
+                assert (root / name).read_bytes() == data, name
+            for name in os.listdir(root):
+                os.unlink(root / name)
+            assert wait_free(root, 4 * MiB) == 4 * MiB
     finally:
         assert m.unmount() == 0, m.output()
 
