@@ -99,6 +99,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -1297,6 +1298,33 @@ void data_put(struct data_file *f)
 	unlock_mutex(&d->lock);
 }
 
+/* A read the cache disk has no room for: put together in memory (a memfd
+ * as sparse as the file) from the cache and the object, so a full cache
+ * disk slows reads down but never fails them. */
+static ssize_t read_through(struct data_file *f, void *buf, size_t len,
+			    uint64_t off)
+{
+	int mfd = memfd_create("tierfs-read", MFD_CLOEXEC);
+	if (mfd < 0)
+		return -errno;
+	int rc = ftruncate(mfd, (off_t)(off + len)) ? -errno : 0;
+	if (!rc)
+		rc = data_compose(f, mfd, off, len);
+	size_t got = 0;
+	while (!rc && got < len) {
+		ssize_t n = pread(mfd, (char *)buf + got, len - got,
+				  (off_t)(off + got));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO;
+		else
+			got += (size_t)n;
+	}
+	(void)close(mfd);
+	return rc ? rc : (ssize_t)len;
+}
+
 ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 {
 	struct data *d = f->d;
@@ -1321,6 +1349,8 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	end = min_u64(end, f->size); /* a truncate may have run meanwhile */
 	check_file(f);
 	unlock_mutex(&f->lock);
+	if (rc == -ENOSPC && off < end) /* a full cache disk: past it */
+		return read_through(f, buf, (size_t)(end - off), off);
 	if (rc)
 		return rc;
 
@@ -1343,11 +1373,10 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	return (ssize_t)want;
 }
 
-/* -ENOSPC when writing len more bytes would eat into the reserve. The
- * flusher's eviction frees clean data as uploads finish; until then
- * writes fail cleanly and the store keeps working. */
-/* Whether len more bytes fit and leave the reserve free; urgent ones (an
- * upload's fetch) may take three quarters of the reserve. */
+/* -ENOSPC when writing len more bytes would eat into the reserve; urgent
+ * ones (an upload's fetch) may take three quarters of it. The flusher's
+ * eviction frees clean data as uploads finish; until then writes fail
+ * cleanly and the store keeps working. */
 static int room_for(struct data *d, uint64_t len, int urgent)
 {
 	struct statvfs sv;
@@ -1474,6 +1503,47 @@ int data_hydrate(struct data_file *f, uint64_t off, uint64_t len)
 	int rc = fill_locked(f, off, end, 0, 1, &used);
 	check_file(f);
 	unlock_mutex(&f->lock);
+	return rc;
+}
+
+/* Fetches [s, e) of the object straight into fd at the same offsets;
+ * past a short fetch fd keeps what it has (a new memfd: zeros). */
+static int fetch_into(struct data_file *f, int fd, uint64_t s, uint64_t e)
+{
+	struct data *d = f->d;
+	ssize_t n =
+		d->cfg.fetch(d->cfg.fetch_ctx, f->ino, s, e - s, fd, (off_t)s);
+	if (n > (ssize_t)(e - s))
+		n = -EIO; /* the callback broke its contract */
+	return n < 0 ? (int)n : 0;
+}
+
+int data_compose(struct data_file *f, int fd, uint64_t off, uint64_t len)
+{
+	struct ranges have = RANGES_INIT;
+	lock_mutex(&f->lock);
+	uint64_t end =
+		len > f->size - min_u64(off, f->size) ? f->size : off + len;
+	int rc = copy_ranges(&f->present, &have);
+	unlock_mutex(&f->lock);
+	/* the present ranges stay: eviction leaves referenced files alone,
+	 * and a write meanwhile stays dirty for the next upload */
+	uint64_t at = off;
+	for (size_t i = 0; !rc && at < end; i++) {
+		uint64_t ps = i < have.n ? min_u64(have.v[i].start, end) : end;
+		uint64_t pe = i < have.n ? min_u64(have.v[i].end, end) : end;
+		if (pe <= at)
+			continue;
+		if (ps > at) {
+			rc = fetch_into(f, fd, at, ps);
+			at = ps;
+		}
+		if (!rc && pe > at) {
+			rc = copy_range(f->fd, at, fd, at, pe - at);
+			at = pe;
+		}
+	}
+	ranges_free(&have);
 	return rc;
 }
 

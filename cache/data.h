@@ -95,6 +95,11 @@ int data_hydrate(struct data_file *f, uint64_t off, uint64_t len);
 int data_mark_dirty_all(struct data_file *f);
 /* The cache file's descriptor, for s3_put_fd()/s3_upload_fd(). Valid
  * while the reference is held. */
+/* Puts bytes [off, off+len) of the file together in fd at the same
+ * offsets: what the cache holds, copied, and the rest fetched straight
+ * into fd, taking no room in the cache: for an upload that a full cache
+ * disk cannot hydrate. fd starts as zeros (a new memfd or sparse file). */
+int data_compose(struct data_file *f, int fd, uint64_t off, uint64_t len);
 int data_fd(struct data_file *f);
 uint64_t data_size(struct data_file *f);
 /* Copies of the range sets (caller frees with ranges_free()). */

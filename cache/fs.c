@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
@@ -418,6 +419,65 @@ static int overlaps(const struct ranges *r, uint64_t s, uint64_t e)
 	return 0;
 }
 
+/* An upload the cache disk has no room to hydrate: the bytes it lacks
+ * are put together in memory (a memfd) with what the cache holds
+ * (data_compose()), at most FS_COMPOSE_MAX at once, one upload at a time
+ * (fs->compose_lock). Without it a full cache disk whose dirty file
+ * lacks a few bytes could never upload that file, nor so free itself. */
+#define FS_COMPOSE_MAX (256ull << 20)
+
+struct composed {
+	int fd;	       /* the memfd; -1 until the first range */
+	uint64_t held; /* bytes put together */
+	int locked;    /* holds fs->compose_lock */
+};
+
+/* Puts [s, e) of the file together in c's memfd (made at size bytes). */
+static int compose(struct fs *fs, struct data_file *df, const char *key,
+		   struct composed *c, uint64_t s, uint64_t e, uint64_t size)
+{
+	if (c->held + (e - s) > FS_COMPOSE_MAX) {
+		fs_log("'%s': %llu bytes to put together in memory for its "
+		       "upload, more than %llu; it waits for room in the cache",
+		       key, (unsigned long long)(c->held + (e - s)),
+		       (unsigned long long)FS_COMPOSE_MAX);
+		return -ENOSPC;
+	}
+	if (c->fd < 0) {
+		pthread_mutex_lock(&fs->compose_lock);
+		c->locked = 1;
+		c->fd = memfd_create("tierfs-upload", MFD_CLOEXEC);
+		if (c->fd < 0 || ftruncate(c->fd, (off_t)size) != 0)
+			return -errno;
+	}
+	c->held += e - s;
+	return data_compose(df, c->fd, s, e - s);
+}
+
+static void composed_free(struct fs *fs, struct composed *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	if (c->locked)
+		pthread_mutex_unlock(&fs->compose_lock);
+	*c = (struct composed){.fd = -1};
+}
+
+/* Makes [s, e) of the file present for an upload: in the cache, or, with
+ * no room there, in c. Returns the source the upload reads it from. */
+static int hydrate_or_compose(struct fs *fs, struct data_file *df,
+			      const char *key, struct composed *c, uint64_t s,
+			      uint64_t e, unsigned char *source)
+{
+	int rc = data_hydrate(df, s, e - s);
+	*source = S3_PART_FD;
+	if (rc == -ENOSPC) {
+		rc = compose(fs, df, key, c, s, e, data_size(df));
+		*source = S3_PART_ALT;
+	}
+	return rc;
+}
+
 /* A big file of which S3 has an older version at key: rewrites it with
  * the untouched parts copied server-side, fetching and sending only the
  * parts with dirty bytes (DESIGN §5). -EAGAIN when that does not apply
@@ -428,6 +488,7 @@ static int upload_delta(struct fs *fs, struct data_file *df, const char *key,
 {
 	struct s3_object_info info;
 	struct s3_error e = {0};
+	struct composed c = {.fd = -1};
 	uint64_t size = data_size(df);
 	if (!fs_etag_known(old_etag) ||
 	    size <= s3_client_config(fs->s3)->multipart_threshold)
@@ -441,24 +502,29 @@ static int upload_delta(struct fs *fs, struct data_file *df, const char *key,
 		return -EAGAIN;
 	uint64_t part = s3_upload_part_size(fs->s3, size);
 	size_t nparts = (size_t)((size + part - 1) / part), kept = 0;
-	unsigned char *reuse = calloc(nparts, 1);
-	if (!reuse)
+	unsigned char *source = calloc(nparts, 1);
+	if (!source)
 		return -ENOMEM;
-	int rc = 0;
+	for (size_t i = 0; i < nparts; i++) {
+		uint64_t s = (uint64_t)i * part;
+		uint64_t end = size - s < part ? size : s + part;
+		if (end <= have && !overlaps(dirty, s, end)) {
+			source[i] = S3_PART_COPY;
+			kept++;
+		}
+	}
+	int rc = kept == 0 ? -EAGAIN : 0;
 	for (size_t i = 0; i < nparts && !rc; i++) {
 		uint64_t s = (uint64_t)i * part;
 		uint64_t end = size - s < part ? size : s + part;
-		reuse[i] = end <= have && !overlaps(dirty, s, end);
-		kept += reuse[i];
-		if (!reuse[i])
-			rc = data_hydrate(df, s, end - s);
+		if (source[i] != S3_PART_COPY)
+			rc = hydrate_or_compose(fs, df, key, &c, s, end,
+						&source[i]);
 	}
-	if (!rc && kept == 0)
-		rc = -EAGAIN;
 	if (!rc) {
 		rc = s3_upload_fd_reuse(fs->s3, fs->bucket, key, data_fd(df),
-					size, o, key, old_etag, reuse, etag,
-					&e);
+					c.fd, size, o, key, old_etag, source,
+					etag, &e);
 		/* Swift refuses If-Match on the copy of any multipart object:
 		 * when a second look shows the object is still the version
 		 * we know, copy unpinned (one writer per volume) */
@@ -467,20 +533,46 @@ static int upload_delta(struct fs *fs, struct data_file *df, const char *key,
 			same = strcmp(info.etag, old_etag) == 0;
 			s3_object_info_free(&info);
 			if (same)
-				rc = s3_upload_fd_reuse(
-					fs->s3, fs->bucket, key, data_fd(df),
-					size, o, key, NULL, reuse, etag, &e);
+				rc = s3_upload_fd_reuse(fs->s3, fs->bucket, key,
+							data_fd(df), c.fd, size,
+							o, key, NULL, source,
+							etag, &e);
 		}
 		if (rc)
 			fs_log("partial upload of '%s' failed: %s (%s: %s); "
 			       "sending all of it",
 			       key, strerror(-rc), e.code, e.message);
 		else
-			fs_log("'%s': sent %zu of %zu parts, copied %zu in S3",
-			       key, nparts - kept, nparts, kept);
+			fs_log("'%s': sent %zu of %zu parts, copied %zu in "
+			       "S3 (%llu bytes put together in memory)",
+			       key, nparts - kept, nparts, kept,
+			       (unsigned long long)c.held);
 		rc = rc ? -EAGAIN : 0;
 	}
-	free(reuse);
+	composed_free(fs, &c);
+	free(source);
+	return rc;
+}
+
+/* Sends the whole file; a version of it in S3 (in_s3) has the bytes the
+ * cache lacks. */
+static int upload_whole(struct fs *fs, struct data_file *df, const char *key,
+			int in_s3, const struct s3_put_opts *o, char *etag,
+			struct s3_error *e)
+{
+	struct composed c = {.fd = -1};
+	unsigned char source = S3_PART_FD;
+	uint64_t size = data_size(df);
+	int rc = in_s3 ? hydrate_or_compose(fs, df, key, &c, 0, size, &source)
+		       : 0;
+	if (!rc)
+		rc = s3_upload_fd(fs->s3, fs->bucket, key,
+				  source == S3_PART_ALT ? c.fd : data_fd(df), 0,
+				  size, o, etag, e);
+	if (!rc && c.held)
+		fs_log("'%s': sent with %llu bytes put together in memory", key,
+		       (unsigned long long)c.held);
+	composed_free(fs, &c);
 	return rc;
 }
 
@@ -509,10 +601,7 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 		/* "?": a first upload was tried from this very cache, so an
 		 * object from it lacks the same bytes; "!" and real ETags:
 		 * the object has bytes the cache may lack */
-		rc = in_s3 ? data_hydrate_all(df) : 0;
-		if (!rc)
-			rc = s3_upload_fd(fs->s3, fs->bucket, key, data_fd(df),
-					  0, data_size(df), o, etag, &e);
+		rc = upload_whole(fs, df, key, in_s3, o, etag, &e);
 	}
 	if (rc) {
 		fs_log("upload of '%s' failed: %s (%s: %s)", key, strerror(-rc),
@@ -827,6 +916,7 @@ static void destroy_locks(struct fs *fs)
 	pthread_mutex_destroy(&fs->touch_lock);
 	pthread_mutex_destroy(&fs->health_lock);
 	pthread_mutex_destroy(&fs->space_lock);
+	pthread_mutex_destroy(&fs->compose_lock);
 	pthread_cond_destroy(&fs->space_given);
 	pthread_mutex_destroy(&fs->lock);
 }
@@ -858,6 +948,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_mutex_init(&fs->health_lock, NULL);
 	pthread_mutex_init(&fs->space_lock, NULL);
+	pthread_mutex_init(&fs->compose_lock, NULL);
 	pthread_cond_init(&fs->space_given, NULL);
 	pthread_rwlockattr_t ra;
 	pthread_rwlockattr_init(&ra);

@@ -100,6 +100,9 @@ struct fs {
 	uint64_t snap_changes; /* meta_changes() at the last snapshot */
 	int snap_known;	       /* snap_changes is valid */
 
+	/* one upload at a time puts bytes together in memory (fs.c) */
+	pthread_mutex_t compose_lock;
+
 	/* growth in flight against the quota (fs.c space_take) */
 	pthread_mutex_t space_lock;
 	pthread_cond_t space_given;

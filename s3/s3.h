@@ -314,21 +314,28 @@ int s3_upload_fd(s3_client *c, const char *bucket, const char *key, int fd,
 /* The part size s3_upload_fd() and s3_upload_fd_reuse() use for an
  * object of len bytes (cfg.part_size, grown to fit cfg.max_parts). */
 uint64_t s3_upload_part_size(s3_client *c, uint64_t len);
+/* How s3_upload_fd_reuse() makes part i. */
+enum s3_part_source {
+	S3_PART_FD = 0,	  /* read from fd at the part's offset */
+	S3_PART_COPY = 1, /* copied server-side from src_key */
+	S3_PART_ALT = 2,  /* read from alt_fd at the part's offset */
+};
+
 /* Rewrites key as a multipart upload of len bytes in which part i (bytes
- * [i*P, i*P+P) for P = s3_upload_part_size()) is copied server-side from
- * src_key, pinned to src_etag (UploadPartCopy, If-Match; NULL: not
- * pinned) when reuse[i] is set, and read from fd at the same offset
- * otherwise: a small edit to a big object sends only the parts it
- * touched. The caller makes sure the copied ranges exist in the source
- * with the same bytes. -EINVAL at or below the multipart threshold; a
- * source that no longer matches src_etag fails with -ESTALE (412) and the
- * upload is aborted. Swift's s3api answers 412 for any multipart source,
- * whatever the ETag. */
+ * [i*P, i*P+P) for P = s3_upload_part_size()) is made as source[i] says:
+ * copied server-side from src_key, pinned to src_etag (UploadPartCopy,
+ * If-Match; NULL: not pinned), or read from fd (or alt_fd) at the same
+ * offset: a small edit to a big object sends only the parts it touched.
+ * The caller makes sure the copied ranges exist in the source with the
+ * same bytes. -EINVAL at or below the multipart threshold; a source that
+ * no longer matches src_etag fails with -ESTALE (412) and the upload is
+ * aborted. Swift's s3api answers 412 for any multipart source, whatever
+ * the ETag. */
 int s3_upload_fd_reuse(s3_client *c, const char *bucket, const char *key,
-		       int fd, uint64_t len, const struct s3_put_opts *opts,
-		       const char *src_key, const char *src_etag,
-		       const unsigned char *reuse, char *etag_out,
-		       struct s3_error *err);
+		       int fd, int alt_fd, uint64_t len,
+		       const struct s3_put_opts *opts, const char *src_key,
+		       const char *src_etag, const unsigned char *source,
+		       char *etag_out, struct s3_error *err);
 /* Downloads the whole object into fd at offset 0 (the file is truncated to
  * the object's size) with cfg.parallel ranged GETs pinned to one ETag.
  * info (optional) gets the object's attributes. */

@@ -33,7 +33,8 @@ struct xfer {
 	struct s3_part *parts; /* upload: nparts ETags, written by workers */
 	const char *if_match;  /* download: the pinned ETag; reuse: src's */
 	const char *src_key; /* reuse: where unchanged parts are copied from */
-	const unsigned char *reuse; /* reuse: nparts flags, 1 = copy */
+	const unsigned char *source; /* reuse: nparts s3_part_source */
+	int alt_fd;		     /* reuse: for S3_PART_ALT parts */
 
 	atomic_uint next;
 	atomic_int failed;
@@ -61,19 +62,27 @@ static uint64_t part_len(const struct xfer *x, unsigned i)
 
 typedef int (*part_fn)(struct xfer *x, unsigned i, struct s3_error *e);
 
-static int upload_part(struct xfer *x, unsigned i, struct s3_error *e)
+static int upload_part_from(struct xfer *x, unsigned i, int fd,
+			    struct s3_error *e)
 {
 	x->parts[i].number = i + 1;
 	return s3_mpu_upload_part_fd(x->c, x->bucket, x->key, x->upload_id,
-				     i + 1, x->fd,
+				     i + 1, fd,
 				     x->fd_off + (off_t)((uint64_t)i * x->part),
 				     part_len(x, i), x->parts[i].etag, e);
 }
 
+static int upload_part(struct xfer *x, unsigned i, struct s3_error *e)
+{
+	return upload_part_from(x, i, x->fd, e);
+}
+
 static int upload_or_copy_part(struct xfer *x, unsigned i, struct s3_error *e)
 {
-	if (!x->reuse[i])
+	if (x->source[i] == S3_PART_FD)
 		return upload_part(x, i, e);
+	if (x->source[i] == S3_PART_ALT)
+		return upload_part_from(x, i, x->alt_fd, e);
 	x->parts[i].number = i + 1;
 	return s3_mpu_upload_part_copy(x->c, x->bucket, x->key, x->upload_id,
 				       i + 1, x->bucket, x->src_key,
@@ -210,10 +219,10 @@ uint64_t s3_upload_part_size(s3_client *c, uint64_t len)
 }
 
 int s3_upload_fd_reuse(s3_client *c, const char *bucket, const char *key,
-		       int fd, uint64_t len, const struct s3_put_opts *opts,
-		       const char *src_key, const char *src_etag,
-		       const unsigned char *reuse, char *etag_out,
-		       struct s3_error *err)
+		       int fd, int alt_fd, uint64_t len,
+		       const struct s3_put_opts *opts, const char *src_key,
+		       const char *src_etag, const unsigned char *source,
+		       char *etag_out, struct s3_error *err)
 {
 	struct xfer x;
 	if (len <= s3_client_config(c)->multipart_threshold)
@@ -221,7 +230,8 @@ int s3_upload_fd_reuse(s3_client *c, const char *bucket, const char *key,
 	xfer_init(&x, c, bucket, key, fd, len);
 	x.src_key = src_key;
 	x.if_match = src_etag;
-	x.reuse = reuse;
+	x.source = source;
+	x.alt_fd = alt_fd;
 	int rc = multipart(&x, upload_or_copy_part, opts, etag_out, err);
 	pthread_mutex_destroy(&x.lock);
 	return rc;

@@ -157,7 +157,7 @@ def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
     and once uploads let clean data be evicted, writes work again."""
     url, prefix = volume
     small = small_disk("48m")
-    m, log, stuck = None, "", False
+    m, log = None, ""
     try:
         m = Mount(url, str(tmp_path / "m"), str(small / "c"),
                   "--upload-delay", "200ms")
@@ -178,22 +178,10 @@ def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
         while True:  # room comes back as uploads finish and data is evicted
             try:
                 (root / "after").write_text("written after\n")
-                fd = os.open(root / "after", os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
+                fsync_path(root / "after")  # closes it even on ENOSPC
                 break
             except OSError as err:
                 assert err.errno == errno.ENOSPC
-                if time.monotonic() > deadline and \
-                        "failed: No space left on device" in m.output():
-                    # known, intermittent since uploads no longer race
-                    # writes: S3 got a version of big with the holes the
-                    # failed writes left; the next upload must fetch those
-                    # bytes back, has no room, and the dirty file can
-                    # never be evicted. Open on issue 4; kept visible.
-                    stuck = True  # its data stays in the cache dir
-                    pytest.xfail("issue 4: a full cache disk whose dirty "
-                                 "file needs bytes fetched to upload")
                 assert time.monotonic() < deadline, m.output()
                 time.sleep(0.5)
         os.chmod(root / "before", 0o600)
@@ -202,7 +190,7 @@ def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
         if m:
             rc = m.unmount()
             log = m.output()  # its file is on the small disk
-            assert rc == 0 or stuck, log
+            assert rc == 0, log
     assert body(s3, f"{prefix}/before") == b"saved before\n"
     assert body(s3, f"{prefix}/after") == b"written after\n"
     assert "disk is full" not in log
@@ -255,3 +243,62 @@ def test_a_full_cache_disk_still_uploads_a_file_with_a_hole(
             rc = m.unmount()
             log = m.output()
             assert rc == 0, log
+
+
+def test_a_full_cache_disk_uploads_files_whose_bytes_it_cannot_fetch(
+        volume, s3, tmp_path, small_disk):
+    """Two files in S3 (24 MiB, sent in two parts, and 8 MiB, in one PUT),
+    a new cache dir on a 48 MiB tmpfs, 4 KiB rewritten in each, then the
+    disk filled by another dirty file. Uploading each edit needs most of
+    its file's other bytes, which the cache lacks and has no room for
+    (more than the reserve uploads may use): before, fsync failed with
+    ENOSPC for good and the disk could never free itself. Now those bytes
+    are put together in memory."""
+    url, prefix = volume
+    big, small_file = os.urandom(24 << 20), os.urandom(8 << 20)
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c0"))
+    try:
+        (Path(m.mountpoint) / "big").write_bytes(big)
+        (Path(m.mountpoint) / "small").write_bytes(small_file)
+    finally:
+        assert m.unmount() == 0, m.output()
+    disk = small_disk("48m")
+    m, log = None, ""
+    try:
+        m = Mount(url, str(tmp_path / "m"), str(disk / "c"),
+                  "--upload-delay", "10m")
+        root = Path(m.mountpoint)
+        want = {"big": bytearray(big), "small": bytearray(small_file)}
+        buf = mmap.mmap(-1, 4096)
+        for name, data in want.items():
+            buf[:] = os.urandom(4096)
+            fd = os.open(root / name, os.O_WRONLY | os.O_DIRECT)
+            try:
+                os.pwrite(fd, buf, 4096)
+            finally:
+                os.close(fd)
+            data[4096:8192] = buf[:]
+        filled = 0
+        fd = os.open(root / "fill", os.O_CREAT | os.O_WRONLY | os.O_DIRECT)
+        chunk = mmap.mmap(-1, 1 << 20)
+        try:
+            while True:
+                chunk[:] = os.urandom(1 << 20)
+                os.pwrite(fd, chunk, filled)
+                filled += 1 << 20
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        assert filled >= 16 << 20
+        for name in want:
+            fsync_path(root / name)  # EIO for good before the fix
+            assert body(s3, f"{prefix}/{name}") == bytes(want[name]), name
+        fsync_path(root / "fill")
+        assert (root / "big").read_bytes() == bytes(want["big"])
+    finally:
+        if m:
+            rc = m.unmount()
+            log = m.output()
+            assert rc == 0, log
+    assert "put together in memory" in log
