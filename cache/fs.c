@@ -618,6 +618,16 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 	return rc;
 }
 
+/* Fault injection for tests: TIERFS_DEBUG_UPLOAD_PAUSE_MS holds an upload
+ * between reading a name and writing its key, the window in which an
+ * unlink or rename of that name must still win. */
+static void debug_upload_pause(void)
+{
+	const char *ms = getenv("TIERFS_DEBUG_UPLOAD_PAUSE_MS");
+	if (ms)
+		usleep((useconds_t)strtoul(ms, NULL, 10) * 1000);
+}
+
 /* Every further name of a hard-linked file is an object too: copies of
  * the first name's object, made server-side. */
 static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
@@ -631,9 +641,17 @@ static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
 			return 0; /* no more names */
 		if (!rc)
 			rc = layout_key(fs->prefix, path, 0, &key);
-		if (!rc)
-			rc = meta_outbox_cancel(fs->meta, key);
 		if (!rc) {
+			debug_upload_pause();
+			rc = meta_outbox_cancel_for(fs->meta, key, ino, n,
+						    path);
+		}
+		if (rc == -ESTALE) {
+			/* that name went meanwhile, and the names after it
+			 * moved up: start over (copies are idempotent) */
+			n = 0;
+			rc = 0;
+		} else if (!rc) {
 			fs_touch(fs, key, 0);
 			rc = s3_copy_object(fs->s3, fs->bucket, key0,
 					    fs->bucket, key, S3_METADATA_COPY,
@@ -645,8 +663,9 @@ static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
 	return rc;
 }
 
-/* Brings S3 up to date with one inode. */
-static int sync_inode(struct fs *fs, uint64_t ino)
+/* Brings S3 up to date with one inode, under the name it has now;
+ * -ESTALE when that name went before anything was written. */
+static int sync_inode_once(struct fs *fs, uint64_t ino)
 {
 	struct meta_attr a;
 	struct layout_attrs la;
@@ -697,8 +716,11 @@ static int sync_inode(struct fs *fs, uint64_t ino)
 		goto out;
 	struct s3_put_opts o = {h.content_type, h.meta, h.nmeta};
 	fs_touch(fs, key, 0);
-	/* a deletion still queued for this key would destroy what we write */
-	rc = meta_outbox_cancel(fs->meta, key);
+	debug_upload_pause();
+	/* a deletion still queued for this key would destroy what we write;
+	 * but if the name went since we read it, its deletion stands and
+	 * nothing is written there (a new name uploads on its own) */
+	rc = meta_outbox_cancel_for(fs->meta, key, ino, 0, path);
 	char known[S3_ETAG_MAX];
 	meta_get_etag(fs->meta, ino, known, sizeof(known));
 	if (!rc && !known[0]) /* committed before the first PUT can land */
@@ -768,6 +790,18 @@ out:
 	free(key);
 	free(target);
 	return rc;
+}
+
+/* Brings S3 up to date with one inode. */
+static int sync_inode(struct fs *fs, uint64_t ino)
+{
+	int rc;
+	/* renamed or unlinked while it was read: again, under its new name
+	 * (an inode renamed without end gives up, still dirty) */
+	for (int tries = 0; tries < 100; tries++)
+		if ((rc = sync_inode_once(fs, ino)) != -ESTALE)
+			return rc;
+	return -EAGAIN;
 }
 
 /* A list of inodes synced by up to FS_UPLOAD_THREADS threads. */

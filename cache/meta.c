@@ -1856,20 +1856,25 @@ static int path_through(struct meta *m, const struct dentry *d, char **path)
 	return 0;
 }
 
-int meta_path_nth(struct meta *m, uint64_t ino, unsigned n, char **path)
+static int path_nth_locked(struct meta *m, uint64_t ino, unsigned n,
+			   char **path)
 {
 	*path = NULL;
-	lock(m);
 	struct inode *in = inode_find(m, ino);
-	int rc = in ? 0 : -ENOENT;
-	if (in && ino == META_ROOT_INO) {
-		rc = n == 0 ? ((*path = strdup("")) ? 0 : -ENOMEM) : -ENOENT;
-	} else if (in) {
-		const struct dentry *d = in->names;
-		for (unsigned i = 0; d && i < n; i++)
-			d = d->nnext;
-		rc = d ? path_through(m, d, path) : -ENOENT;
-	}
+	if (!in)
+		return -ENOENT;
+	if (ino == META_ROOT_INO)
+		return n == 0 ? ((*path = strdup("")) ? 0 : -ENOMEM) : -ENOENT;
+	const struct dentry *d = in->names;
+	for (unsigned i = 0; d && i < n; i++)
+		d = d->nnext;
+	return d ? path_through(m, d, path) : -ENOENT;
+}
+
+int meta_path_nth(struct meta *m, uint64_t ino, unsigned n, char **path)
+{
+	lock(m);
+	int rc = path_nth_locked(m, ino, n, path);
 	unlock(m);
 	return rc;
 }
@@ -1978,6 +1983,27 @@ int meta_outbox_done(struct meta *m, const uint64_t *ids, size_t n)
 int meta_outbox_cancel(struct meta *m, const char *key)
 {
 	return outbox_change(m, ST_OUTBOX_DEL_KEY, &key, 1, NULL, 0);
+}
+
+int meta_outbox_cancel_for(struct meta *m, const char *key, uint64_t ino,
+			   unsigned n, const char *path)
+{
+	struct op op;
+	char *now = NULL;
+	lock(m);
+	int rc = path_nth_locked(m, ino, n, &now);
+	if (rc == -ENOENT || (!rc && strcmp(now, path) != 0))
+		rc = -ESTALE; /* the name went: its deletion stays queued */
+	free(now);
+	if (!rc)
+		rc = op_begin(m, &op);
+	if (!rc) {
+		rc = op_end(m, &op, outbox_run(m, ST_OUTBOX_DEL_KEY, key, 0));
+		if (!rc)
+			op_done(m, &op);
+	}
+	unlock(m);
+	return rc;
 }
 
 struct dirty_scan {

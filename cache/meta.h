@@ -144,6 +144,12 @@ int meta_outbox_has(struct meta *m, const char *key);
 /* Drops every queued deletion of key: a new object is about to be
  * written there, and a late deletion would destroy it. */
 int meta_outbox_cancel(struct meta *m, const char *key);
+/* meta_outbox_cancel() for an upload of ino's n-th name, path, to key:
+ * in one step with the check that ino still has that name, so an unlink
+ * or rename queued meanwhile keeps its deletion. -ESTALE when the name is
+ * gone (the upload must not write there). */
+int meta_outbox_cancel_for(struct meta *m, const char *key, uint64_t ino,
+			   unsigned n, const char *path);
 /* rename(2) semantics: replaces a compatible destination (file over file,
  * empty directory over directory), -EINVAL when moving a directory into
  * itself or a descendant; flags are RENAME_NOREPLACE / RENAME_EXCHANGE.

@@ -268,3 +268,42 @@ def test_a_copied_multipart_object_reads_and_is_not_refreshed_every_listing(
     finally:
         assert m.unmount() == 0, m.output()
     assert "read of" not in m.output(), m.output()
+
+
+def test_a_name_removed_while_its_upload_is_held_stays_removed(
+        volume, s3, tmp_path):
+    """An upload reads a name, then cancels any deletion queued for its
+    key and writes there. Fault injection holds each upload 2 s between
+    the two steps; a hard link and a directory removed in that window must
+    stay removed: in S3 once the deletions are sent, and in the mount
+    after a reconciliation. Before, the upload cancelled the deletion the
+    unlink had just queued, copied the link's object back, and the next
+    reconciliation (or a restart) brought the name back; a directory's
+    marker came back the same way when the daemon died between the PUT
+    and its clean-up."""
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS,
+              "--reconcile-interval", "1s",
+              env={"TIERFS_DEBUG_UPLOAD_PAUSE_MS": "2000"})
+    try:
+        root = Path(m.mountpoint)
+        (root / "a").write_text("linked\n")
+        os.link(root / "a", root / "b")
+        (root / "d").mkdir()
+        # the uploads are under way (200 ms delay), each held for 2 s
+        # before its key, then the copy to b held for 2 s more
+        time.sleep(0.5)
+        os.rmdir(root / "d")
+        time.sleep(2.5)  # a is written; the copy to b is held
+        os.unlink(root / "b")
+        fd = os.open(root, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        got = {k[len(prefix) + 1:] for k in keys(s3, prefix + "/")}
+        assert {k for k in got if k and not k.startswith(".tierfs/")} == \
+            {"a"}
+        time.sleep(2.5)  # reconciliations (every 1 s) bring nothing back
+        assert sorted(os.listdir(root)) == ["a"]
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/a") == b"linked\n"

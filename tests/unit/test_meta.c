@@ -1498,6 +1498,44 @@ static void test_outbox_queues_deletions_with_the_unlink(void **state)
 	assert_int_equal(meta_check(f->m), 0);
 }
 
+/* An upload read ino's name, then cancels the deletion queued for its key:
+ * only while the name is still there, in one step with the check. */
+static void
+test_outbox_cancel_for_a_name_that_went_keeps_the_deletion(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ids[4], ino;
+	char *keys[4];
+	struct meta_attr a;
+	uint64_t x = mkfile(f->m, ROOT, "a");
+	assert_int_equal(meta_link(f->m, x, ROOT, "b", &a), 0);
+	/* a deletion queued for a name that is back (a new file there) */
+	const char *stale[] = {"vol/a"};
+	assert_int_equal(meta_outbox_add(f->m, stale, 1), 0);
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/a", x, 0, "a"), 0);
+	assert_int_equal(meta_outbox_has(f->m, "vol/a"), 0);
+	/* b unlinked after the upload read it: its deletion stands */
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "b", 0, "vol/b", &ino),
+			 0);
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/b", x, 1, "b"),
+			 -ESTALE);
+	assert_int_equal(meta_outbox_has(f->m, "vol/b"), 1);
+	/* a renamed: its old key's deletion stands too */
+	assert_int_equal(meta_rename(f->m, ROOT, "a", ROOT, "c", 0, NULL), 0);
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/a", x, 0, "a"),
+			 -ESTALE);
+	assert_int_equal(meta_outbox_peek(f->m, 4, ids, keys), 1);
+	assert_string_equal(keys[0], "vol/b");
+	free(keys[0]);
+	/* and an inode with no name left */
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "c", 0, "vol/c", &ino),
+			 0);
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/c", x, 0, "c"),
+			 -ESTALE);
+	assert_int_equal(meta_outbox_has(f->m, "vol/c"), 1);
+	assert_int_equal(meta_check(f->m), 0);
+}
+
 static void test_setattr_grow_never_shrinks(void **state)
 {
 	struct fixture *f = *state;
@@ -2220,6 +2258,7 @@ int main(void)
 		T(test_dirty_list_survives_reopen),
 		T(test_outbox_queues_deletions_with_the_unlink),
 		T(test_outbox_add_and_has),
+		T(test_outbox_cancel_for_a_name_that_went_keeps_the_deletion),
 		T(test_setattr_grow_never_shrinks),
 		T(test_adopting_kernel_refs_keeps_orphans_and_unlinked_inodes),
 		T(test_setattr_if_refuses_a_dirty_or_changed_inode),
