@@ -210,6 +210,21 @@ def kill_daemon(mount):
     assert not is_mounted(mount.mountpoint)
 
 
+def keep_evidence(tmp_path, mount, s3, prefix):
+    """The op log, every daemon's log (they append to one file), what S3
+    lists and a copy of the metadata store into build/test-logs/, for a
+    failure that a rerun may not show."""
+    logs = Path(__file__).resolve().parents[2] / "build" / "test-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / "ops.log", logs / "crash-ops.log")
+    (logs / "crash-daemon.log").write_text(mount.output())
+    (logs / "crash-s3-keys.txt").write_text(
+        "\n".join(sorted(keys(s3, prefix + "/"))) + "\n")
+    for name in ("meta.db", "meta.db-wal"):
+        if (tmp_path / "c" / name).exists():
+            shutil.copy(tmp_path / "c" / name, logs / f"crash-{name}")
+
+
 def test_fifty_kills_lose_nothing_acknowledged(volume, s3, tmp_path):
     url, prefix = volume
     rng = random.Random(SEED)
@@ -232,7 +247,11 @@ def test_fifty_kills_lose_nothing_acknowledged(volume, s3, tmp_path):
             else:
                 log.write(f"kill {kills}: the worker\n")
                 kill_worker(mount)
-            expect(m, tree(mnt))
+            try:
+                expect(m, tree(mnt))
+            except AssertionError:
+                keep_evidence(tmp_path, mount, s3, prefix)
+                raise
         # fsynced means in S3: kill, lose the cache dir, mount afresh
         fd = os.open(mnt, os.O_RDONLY)
         os.fsync(fd)
