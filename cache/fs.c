@@ -131,11 +131,16 @@ static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 		dirty_add(fs, ino, fs_now_ms(), flags);
 }
 
-/* What an earlier run left dirty (a crash, or S3 down at unmount) is due
- * at once. */
+/* Queues what an earlier run left dirty (a crash, or S3 down at unmount),
+ * due at once. That run may have ended with requests in flight (a PUT, a
+ * DELETE) that S3 applies after this one starts: Swift orders them by when
+ * its proxy takes them up, which can be after our own, so a dead process's
+ * PUT could bring back what we delete. Then our S3 changes wait
+ * FS_SETTLE_MS (settle_wait()) to come last. */
 static int load_dirty(struct fs *fs)
 {
-	uint64_t *inos = NULL;
+	uint64_t *inos = NULL, id;
+	char *key = NULL;
 	size_t n = 0;
 	int rc = meta_dirty_list(fs->meta, &inos, &n);
 	for (size_t i = 0; rc == 0 && i < n; i++)
@@ -145,7 +150,19 @@ static int load_dirty(struct fs *fs)
 		       "upload",
 		       n);
 	free(inos);
+	ssize_t queued = meta_outbox_peek(fs->meta, 1, &id, &key);
+	free(queued > 0 ? key : NULL);
+	if (!rc && (n || queued > 0))
+		fs->settle_until_ms = fs_now_ms() + FS_SETTLE_MS;
 	return rc;
+}
+
+/* See load_dirty(). */
+static void settle_wait(struct fs *fs)
+{
+	uint64_t now = fs_now_ms();
+	if (now < fs->settle_until_ms)
+		usleep((useconds_t)(fs->settle_until_ms - now) * 1000);
 }
 
 /* Takes the inodes due at time now (all of them when now is UINT64_MAX)
@@ -384,6 +401,7 @@ static int drain_outbox(struct fs *fs)
 	char *keys[S3_MAX_DELETE_BATCH];
 	if (read_only(fs))
 		return fs->cfg.read_only ? 0 : -EROFS;
+	settle_wait(fs);
 	for (;;) {
 		struct s3_error e;
 		ssize_t n = meta_outbox_peek(fs->meta, S3_MAX_DELETE_BATCH, ids,
@@ -678,6 +696,7 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 	struct s3_error e;
 
 	int have_key = 0;
+	settle_wait(fs);
 	pthread_rwlock_rdlock(&fs->s3_lock);
 	int rc = claim(fs, ino, NULL);
 	if (rc) {

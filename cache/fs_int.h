@@ -24,6 +24,7 @@
 #include "fs.h"
 
 #define FS_UPLOAD_THREADS 8	    /* inodes uploaded at once */
+#define FS_SETTLE_MS 2000u	    /* after an unclean end: see load_dirty() */
 #define FS_HANDLE_BUCKETS 1024	    /* open-file table */
 #define FS_HEALTH_INTERVAL_MS 2000u /* CACHE_DIR/health is rewritten */
 #define FS_HEALTH_PROBE_MS 30000u   /* S3 idle this long: HEAD the bucket */
@@ -95,6 +96,7 @@ struct fs {
 	int has_bg;
 	int reconcile_soon; /* protected by lock */
 	int fenced; /* atomic: another node took the lease; no more writes */
+	uint64_t settle_until_ms; /* set before any thread starts (fs.c) */
 	/* the last snapshot flush request answered (index.c); bg thread */
 	char flushed_token[FLUSH_TOKEN_MAX];
 	uint64_t snap_changes; /* meta_changes() at the last snapshot */

@@ -186,3 +186,42 @@ def test_the_daemon_outlives_its_launcher_and_unmount_waits_for_s3(
     got = body(s3, f"{prefix}/big")
     assert hashlib.md5(got).digest() == hashlib.md5(data).digest()
     assert "result=clean" in (cache / "state").read_text()
+
+
+def test_a_put_that_lands_after_its_worker_died_cannot_bring_back_a_name(
+        volume, s3, tmp_path):
+    """A dead worker's request can reach S3 after its successor's: here a
+    fault proxy holds the PUT of a directory's marker for 1 s, the
+    directory is removed, and the worker is killed while the PUT is held.
+    The new worker's deletion of the marker went out at once, the held PUT
+    landed after it, and the next reconciliation brought the directory
+    back. After an unclean end S3 changes now wait 2 s, so ours come last."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from faultproxy import FaultProxy
+    url, prefix = volume
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    proxy.start()
+    m = None
+    try:
+        proxy.add_rule("delay:1000", method="PUT", regex=r"/d/$")
+        m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS,
+                  "--reconcile-interval", "1s",
+                  env={"AWS_ENDPOINT_URL": proxy.url})
+        root = Path(m.mountpoint)
+        (root / "d").mkdir()
+        deadline = time.monotonic() + 10
+        while not any(e["method"] == "PUT" and e["path"].endswith("/d/")
+                      for e in list(proxy.log)):
+            assert time.monotonic() < deadline, "the marker's PUT never came"
+            time.sleep(0.02)
+        os.rmdir(root / "d")  # its deletion waits behind the held PUT
+        kill_worker(m)
+        time.sleep(4)  # the held PUT lands; reconciliations every 1 s
+        assert os.listdir(root) == []
+    finally:
+        if m:
+            assert m.unmount() == 0, m.output()
+        proxy.stop()
+    got = {k["Key"] for k in s3.list_objects_v2(
+        Bucket=url.split("/")[2], Prefix=prefix + "/").get("Contents", [])}
+    assert f"{prefix}/d/" not in got
