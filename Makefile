@@ -128,6 +128,20 @@ $(ASAN)/tierfsctl: $(ASAN)/obj/csi/tierfsctl.o $(ASAN)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
+# --- tierfs-render: helm's template engine for the chart checks -------------
+# Go from Debian (golang-go, golang-github-masterminds-sprig-dev), built
+# offline in GOPATH mode. The source is copied under a GOPATH with its
+# go.mod, which is what lets GOPATH mode resolve sprig's .../v3 imports.
+RENDER_SRC := tests/deploy/render/main.go tests/deploy/render/go.mod
+RENDER_PKG := $(BUILD)/gopath/src/tierfs.dev/render
+$(BUILD)/tierfs-render: $(RENDER_SRC)
+	@mkdir -p $(RENDER_PKG) $(BUILD)/gocache
+	@echo "  GO      $@"
+	$(Q)cp $(RENDER_SRC) $(RENDER_PKG)/
+	$(Q)cd $(RENDER_PKG) && GO111MODULE=off GOFLAGS= GOPROXY=off \
+		GOPATH=$(abspath $(BUILD)/gopath):/usr/share/gocode \
+		GOCACHE=$(abspath $(BUILD)/gocache) go build -o $(abspath $@) .
+
 # --- tests -----------------------------------------------------------------
 # unit tests of csi/ code link the csi object they test
 $(BUILD)/tests/test_volume: $(BUILD)/obj/csi/volume.o

@@ -28,6 +28,9 @@ PACKAGES=(
 	swift swift-proxy swift-account swift-container swift-object memcached
 	# peers for interop tests and benchmarks
 	s3fs rclone
+	# the chart checks (tests/deploy): its templates rendered with Go's
+	# text/template and sprig, built offline in GOPATH mode
+	golang-go golang-github-masterminds-sprig-dev
 )
 
 missing=()
