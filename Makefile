@@ -5,6 +5,7 @@
 #   make test    deps + build + unit tests (plain and ASan/UBSan)
 #                + integration tests against a local Swift S3
 #   make csi-test  the tierfs-csi pytest suite alone (no S3)
+#   make deploy-manifests  regenerate deploy/kustomize and the fio ConfigMap
 #   make demo    deps + build + an end-to-end run against the local S3
 #   make bench   deps + build + raw S3 beside boto3 + cold mount of 100k files
 #   make check   clang-format and cppcheck
@@ -48,7 +49,8 @@ UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units test_volume
 INTEG_TESTS := test_s3_live
 
-.PHONY: all deps test unit integration csi-test demo bench check format clean asan
+.PHONY: all deps test unit integration csi-test deploy-manifests \
+	demo bench check format clean asan
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
 
@@ -184,6 +186,9 @@ integration: all $(TEST_BINS)
 
 csi-test: $(ASAN)/tierfs-csi
 	@TIERFS_ONLY=csi hack/run-tests.sh
+
+deploy-manifests: $(BUILD)/tierfs-render
+	@$(PYTHON) tests/deploy/gen_manifests.py
 
 demo: deps
 	@$(MAKE) --no-print-directory all
