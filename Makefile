@@ -6,6 +6,7 @@
 #                + integration tests against a local Swift S3
 #   make csi-test  the tierfs-csi pytest suite alone (no S3)
 #   make deploy-manifests  regenerate deploy/kustomize and the fio ConfigMap
+#   make image   the container images, with buildah (not part of make test)
 #   make demo    deps + build + an end-to-end run against the local S3
 #   make bench   deps + build + raw S3 beside boto3 + cold mount of 100k files
 #   make check   clang-format and cppcheck
@@ -50,7 +51,7 @@ UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 INTEG_TESTS := test_s3_live
 
 .PHONY: all deps test unit integration csi-test deploy-manifests \
-	demo bench check format clean asan
+	image demo bench check format clean asan
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
 
@@ -189,6 +190,20 @@ csi-test: $(ASAN)/tierfs-csi
 
 deploy-manifests: $(BUILD)/tierfs-render
 	@$(PYTHON) tests/deploy/gen_manifests.py
+
+# The images of deploy/Dockerfile: tierfs (tierfs-csi, tierfs, tierfsctl)
+# and tierfs-fio (the fio Job of deploy/bench). buildah only; no CI step
+# builds them (the base image comes from a registry).
+IMAGE_REPO ?= localhost/tierfs
+IMAGE_TAG  ?= $(shell sed -n 's/^\#define CSI_PLUGIN_VERSION "\(.*\)"/\1/p' csi/plugin.h)
+image:
+	@command -v buildah >/dev/null 2>&1 || { \
+		echo "make image: buildah not found (apt-get install buildah)"; \
+		exit 1; }
+	buildah bud --layers -f deploy/Dockerfile --target runtime \
+		-t $(IMAGE_REPO):$(IMAGE_TAG) .
+	buildah bud --layers -f deploy/Dockerfile --target fio \
+		-t $(IMAGE_REPO)-fio:$(IMAGE_TAG) .
 
 demo: deps
 	@$(MAKE) --no-print-directory all
