@@ -5,6 +5,7 @@
 #   make test    deps + build + unit tests (plain and ASan/UBSan)
 #                + integration tests against a local Swift S3
 #   make csi-test  the tierfs-csi pytest suite alone (no S3)
+#   make deploy-test  the chart, manifests and fio Job checks alone (no S3)
 #   make deploy-manifests  regenerate deploy/kustomize and the fio ConfigMap
 #   make image   the container images, with buildah (not part of make test)
 #   make demo    deps + build + an end-to-end run against the local S3
@@ -50,7 +51,7 @@ UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units test_volume
 INTEG_TESTS := test_s3_live
 
-.PHONY: all deps test unit integration csi-test deploy-manifests \
+.PHONY: all deps test unit integration csi-test deploy-test deploy-manifests \
 	image demo bench check format clean asan
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
@@ -171,7 +172,7 @@ $(ASAN)/tests/test_s3_live: $(ASAN)/obj/tests/integration/test_s3_live.o $(ASAN)
 
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%) \
 	$(INTEG_TESTS:%=$(ASAN)/tests/%) $(ASAN)/tierfsctl $(ASAN)/tierfs \
-	$(ASAN)/tierfs-csi
+	$(ASAN)/tierfs-csi $(BUILD)/tierfs-render
 
 asan: $(ASAN)/tierfsctl $(ASAN)/tierfs $(ASAN)/tierfs-csi
 
@@ -187,6 +188,9 @@ integration: all $(TEST_BINS)
 
 csi-test: $(ASAN)/tierfs-csi
 	@TIERFS_ONLY=csi hack/run-tests.sh
+
+deploy-test: all $(BUILD)/tierfs-render
+	@TIERFS_ONLY=deploy hack/run-tests.sh
 
 deploy-manifests: $(BUILD)/tierfs-render
 	@$(PYTHON) tests/deploy/gen_manifests.py
