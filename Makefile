@@ -5,6 +5,9 @@
 #   make test    deps + build + unit tests (plain and ASan/UBSan)
 #                + integration tests against a local Swift S3
 #   make csi-test  the tierfs-csi pytest suite alone (no S3)
+#   make deploy-test  the chart, manifests and fio Job checks alone (no S3)
+#   make deploy-manifests  regenerate deploy/kustomize and the fio ConfigMap
+#   make image   the container images, with buildah (not part of make test)
 #   make demo    deps + build + an end-to-end run against the local S3
 #   make bench   deps + build + raw S3 beside boto3 + cold mount of 100k files
 #   make check   clang-format and cppcheck
@@ -48,7 +51,8 @@ UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units test_volume
 INTEG_TESTS := test_s3_live
 
-.PHONY: all deps test unit integration csi-test demo bench check format clean asan
+.PHONY: all deps test unit integration csi-test deploy-test deploy-manifests \
+	image demo bench check format clean asan
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
 
@@ -128,6 +132,20 @@ $(ASAN)/tierfsctl: $(ASAN)/obj/csi/tierfsctl.o $(ASAN)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
+# --- tierfs-render: helm's template engine for the chart checks -------------
+# Go from Debian (golang-go, golang-github-masterminds-sprig-dev), built
+# offline in GOPATH mode. The source is copied under a GOPATH with its
+# go.mod, which is what lets GOPATH mode resolve sprig's .../v3 imports.
+RENDER_SRC := tests/deploy/render/main.go tests/deploy/render/go.mod
+RENDER_PKG := $(BUILD)/gopath/src/tierfs.dev/render
+$(BUILD)/tierfs-render: $(RENDER_SRC)
+	@mkdir -p $(RENDER_PKG) $(BUILD)/gocache
+	@echo "  GO      $@"
+	$(Q)cp $(RENDER_SRC) $(RENDER_PKG)/
+	$(Q)cd $(RENDER_PKG) && GO111MODULE=off GOFLAGS= GOPROXY=off \
+		GOPATH=$(abspath $(BUILD)/gopath):/usr/share/gocode \
+		GOCACHE=$(abspath $(BUILD)/gocache) go build -o $(abspath $@) .
+
 # --- tests -----------------------------------------------------------------
 # unit tests of csi/ code link the csi object they test
 $(BUILD)/tests/test_volume: $(BUILD)/obj/csi/volume.o
@@ -154,7 +172,7 @@ $(ASAN)/tests/test_s3_live: $(ASAN)/obj/tests/integration/test_s3_live.o $(ASAN)
 
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%) \
 	$(INTEG_TESTS:%=$(ASAN)/tests/%) $(ASAN)/tierfsctl $(ASAN)/tierfs \
-	$(ASAN)/tierfs-csi
+	$(ASAN)/tierfs-csi $(BUILD)/tierfs-render
 
 asan: $(ASAN)/tierfsctl $(ASAN)/tierfs $(ASAN)/tierfs-csi
 
@@ -170,6 +188,26 @@ integration: all $(TEST_BINS)
 
 csi-test: $(ASAN)/tierfs-csi
 	@TIERFS_ONLY=csi hack/run-tests.sh
+
+deploy-test: all $(BUILD)/tierfs-render
+	@TIERFS_ONLY=deploy hack/run-tests.sh
+
+deploy-manifests: $(BUILD)/tierfs-render
+	@$(PYTHON) tests/deploy/gen_manifests.py
+
+# The images of deploy/Dockerfile: tierfs (tierfs-csi, tierfs, tierfsctl)
+# and tierfs-fio (the fio Job of deploy/bench). buildah only; no CI step
+# builds them (the base image comes from a registry).
+IMAGE_REPO ?= localhost/tierfs
+IMAGE_TAG  ?= $(shell sed -n 's/^\#define CSI_PLUGIN_VERSION "\(.*\)"/\1/p' csi/plugin.h)
+image:
+	@command -v buildah >/dev/null 2>&1 || { \
+		echo "make image: buildah not found (apt-get install buildah)"; \
+		exit 1; }
+	buildah bud --layers -f deploy/Dockerfile --target runtime \
+		-t $(IMAGE_REPO):$(IMAGE_TAG) .
+	buildah bud --layers -f deploy/Dockerfile --target fio \
+		-t $(IMAGE_REPO)-fio:$(IMAGE_TAG) .
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -28,7 +28,19 @@ PACKAGES=(
 	swift swift-proxy swift-account swift-container swift-object memcached
 	# peers for interop tests and benchmarks
 	s3fs rclone
+	# the chart checks (tests/deploy): its templates rendered with Go's
+	# text/template and sprig, built offline in GOPATH mode
+	golang-go golang-github-masterminds-sprig-dev
+	# the rest of the packaging checks: YAML, and jq for the fio Job
+	python3-yaml jq
 )
+
+# `kubectl kustomize` for deploy/: Debian's kubernetes-client, unless a
+# kubectl is installed already (another package owns /usr/bin/kubectl on
+# some machines, and would make the install fail)
+if ! command -v kubectl >/dev/null 2>&1; then
+	PACKAGES+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -2,12 +2,16 @@
 # run-tests.sh: runs every tierfs test suite and ends with "N passed, N failed".
 #
 # Suites: make check, C unit tests (plain and ASan/UBSan), the CSI plugin's
-# pytest suite (ASan build of tierfs-csi, no S3), then, against the local
+# pytest suite (ASan build of tierfs-csi, no S3), the packaging checks
+# (tests/deploy: the Helm chart rendered by build/tierfs-render, the
+# manifests, the fio Job, the Dockerfile, against build/tierfs-csi; no S3,
+# no cluster), then, against the local
 # Swift S3 (started here if it is not running, stopped again afterwards),
 # the C integration tests (ASan build), the pytest integration tests and
 # the CSI Controller's tests (tests/csi/test_csi_controller.py).
 # TIERFS_ONLY=unit|integration runs one half (the CSI suite is in the
-# integration half); TIERFS_ONLY=csi runs the CSI suite alone. Exit status:
+# integration half); TIERFS_ONLY=csi runs the CSI suite alone, and
+# TIERFS_ONLY=deploy the packaging checks alone. Exit status:
 # 0 only when every suite ran and nothing failed.
 set -uo pipefail
 
@@ -112,6 +116,13 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ] || [ "$ONLY" = csi ]; then
 	AWS_ENDPOINT_URL= run_pytest pytest-csi tests/csi \
 		--ignore=tests/csi/test_csi_node.py \
 		--ignore=tests/csi/test_csi_life.py
+fi
+
+if [ "$ONLY" = all ] || [ "$ONLY" = deploy ]; then
+	echo "== packaging checks (chart, manifests, fio Job, image; no S3, no cluster)"
+	TIERFS_RENDER=$ROOT/$BUILD/tierfs-render \
+		TIERFS_DEPLOY_CSI_BIN=$ROOT/$BUILD/tierfs-csi \
+		run_pytest pytest-deploy tests/deploy
 fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
