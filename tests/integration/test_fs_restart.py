@@ -99,9 +99,13 @@ def test_killing_the_worker_under_load_loses_nothing_and_fails_nothing(
         assert out.strip() == f"ok {ROUNDS}"
         fout, _ = fio.communicate(timeout=300)
         if fio.returncode != 0 and "bad header numberio" in fout:
-            # known, intermittent (about 1 run in 3 under ASan): a 4 KiB
-            # write lost across a worker restart; fio reads the block of
-            # its previous loop. Open on issue 4; kept visible here.
+            # known, intermittent (about 1 run in 3 under ASan in earlier
+            # sessions): a 4 KiB write lost across a worker restart; fio
+            # reads the block of its previous loop. The likely cause, a
+            # dead worker's late PUT of an older version taken in by the
+            # reconciliation after the restart, is fixed and tested below
+            # (test_a_dead_workers_late_put_cannot_replace_newer_data);
+            # this guard stays until it has been quiet for a while.
             # the whole of fio's report and the daemon's log, to learn more
             logs = Path(__file__).resolve().parents[2] / "build" / "test-logs"
             logs.mkdir(parents=True, exist_ok=True)
@@ -225,3 +229,44 @@ def test_a_put_that_lands_after_its_worker_died_cannot_bring_back_a_name(
     got = {k["Key"] for k in s3.list_objects_v2(
         Bucket=url.split("/")[2], Prefix=prefix + "/").get("Contents", [])}
     assert f"{prefix}/d/" not in got
+
+
+def test_a_dead_workers_late_put_cannot_replace_newer_data(
+        volume, s3, tmp_path):
+    """The data side of the same race: version 1 of a file is held in the
+    fault proxy for 1 s, version 2 is written, and the worker is killed.
+    Without the wait the new worker sent version 2 at once, the dead one's
+    version 1 landed after it, and the reconciliation that follows a
+    restart took S3's version 1 as another tool's change and replaced the
+    cached version 2 with it: a saved file went back in time."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from faultproxy import FaultProxy
+    url, prefix = volume
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    proxy.start()
+    m = None
+    v1, v2 = b"version 1\n" * 1000, b"version 2\n" * 1000
+    try:
+        proxy.add_rule("delay:1000", method="PUT", regex=r"/f$")
+        m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS,
+                  "--reconcile-interval", "1s",
+                  env={"AWS_ENDPOINT_URL": proxy.url})
+        f = Path(m.mountpoint) / "f"
+        f.write_bytes(v1)
+        deadline = time.monotonic() + 10
+        while not any(e["method"] == "PUT" and e["path"].endswith("/f")
+                      for e in list(proxy.log)):
+            assert time.monotonic() < deadline, "the PUT of f never came"
+            time.sleep(0.02)
+        f.write_bytes(v2)  # in the cache; its upload waits for the held one
+        kill_worker(m)
+        time.sleep(4)  # the held PUT lands; reconciliations every 1 s
+        assert f.read_bytes() == v2
+        fd = os.open(f, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    finally:
+        if m:
+            assert m.unmount() == 0, m.output()
+        proxy.stop()
+    assert body(s3, f"{prefix}/f") == v2
