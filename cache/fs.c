@@ -1458,9 +1458,20 @@ struct move {
 	size_t old_len; /* of the old key prefix */
 	const char *new_prefix;
 	char **done; /* old keys copied, to delete afterwards */
+	char **made; /* their copies, queued for deletion until the rename */
 	size_t ndone, cap;
+	int dest_exists; /* renamed onto an (empty) directory */
 	int rc;
 };
+
+/* Fault injection for tests: TIERFS_DEBUG_RENAME_COPIED_PAUSE_MS holds a
+ * rename between its copies in S3 and its commit in the store. */
+static void debug_rename_copied_pause(void)
+{
+	const char *ms = getenv("TIERFS_DEBUG_RENAME_COPIED_PAUSE_MS");
+	if (ms)
+		usleep((useconds_t)strtoul(ms, NULL, 10) * 1000);
+}
 
 static int copy_page(void *ctx, const struct s3_list_page *p)
 {
@@ -1471,24 +1482,42 @@ static int copy_page(void *ctx, const struct s3_list_page *p)
 		struct s3_error e;
 		if (asprintf(&neu, "%s%s", m->new_prefix, old + m->old_len) < 0)
 			return -ENOMEM;
-		m->rc = meta_outbox_cancel(m->fs->meta, neu);
+		if (m->ndone == m->cap) {
+			size_t cap = m->cap ? m->cap * 2 : 64;
+			char **d = realloc(m->done, cap * sizeof(*d));
+			if (d)
+				m->done = d;
+			char **k =
+				d ? realloc(m->made, cap * sizeof(*k)) : NULL;
+			if (k)
+				m->made = k;
+			if (!d || !k) {
+				free(neu);
+				return -ENOMEM;
+			}
+			m->cap = cap;
+		}
+		char *was = strdup(old);
+		if (!was) {
+			free(neu);
+			return -ENOMEM;
+		}
+		m->done[m->ndone] = was;
+		m->made[m->ndone++] = neu;
+		/* under the new prefix only the destination's own marker can
+		 * exist (the kernel renames onto an empty directory only); any
+		 * other copy is one to undo after a crash until the rename
+		 * commits */
+		const char *q = neu;
+		m->rc = m->dest_exists && strcmp(neu, m->new_prefix) == 0
+				? meta_outbox_cancel(m->fs->meta, neu)
+				: meta_outbox_add(m->fs->meta, &q, 1);
 		if (!m->rc)
 			m->rc = s3_copy_object(
 				m->fs->s3, m->fs->bucket, old, m->fs->bucket,
 				neu, S3_METADATA_COPY, NULL, NULL, &e);
-		free(neu);
 		if (m->rc)
 			break;
-		if (m->ndone == m->cap) {
-			m->cap = m->cap ? m->cap * 2 : 64;
-			char **d = realloc(m->done, m->cap * sizeof(*d));
-			if (!d)
-				return -ENOMEM;
-			m->done = d;
-		}
-		if (!(m->done[m->ndone] = strdup(old)))
-			return -ENOMEM;
-		m->ndone++;
 	}
 	return m->rc;
 }
@@ -1659,7 +1688,12 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = drain_outbox(fs);
 	if (!rc)
 		rc = touch_rename(fs, old_path, new_path, S_ISDIR(a.mode));
-	/* S3 first, additive only: copies of what is already there */
+	/* S3 first, additive only: copies of what is already there, each
+	 * queued for deletion until the rename commits, so that a crash in
+	 * between leaves neither a copy nor a name the rename never made
+	 * (a destination that exists keeps its object: cancelled instead) */
+	struct meta_attr dest;
+	m.dest_exists = meta_lookup(fs->meta, newparent, newname, &dest) == 0;
 	if (!rc && S_ISDIR(a.mode)) {
 		rc = copy_tree(fs, old_path, new_path, &m);
 	} else if (!rc) {
@@ -1668,8 +1702,12 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = layout_key(fs->prefix, old_path, 0, &old_key);
 		if (!rc)
 			rc = layout_key(fs->prefix, new_path, 0, &new_key);
-		if (!rc)
+		if (!rc && m.dest_exists) {
 			rc = meta_outbox_cancel(fs->meta, new_key);
+		} else if (!rc) {
+			const char *q = new_key;
+			rc = meta_outbox_add(fs->meta, &q, 1);
+		}
 		if (!rc && etag[0]) {
 			rc = s3_copy_object(fs->s3, fs->bucket, old_key,
 					    fs->bucket, new_key,
@@ -1682,12 +1720,18 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	 * in one transaction, so that a crash cannot leave them behind to
 	 * reappear (nor lose them) */
 	uint64_t replaced = 0;
-	const char *const *gone = old_key ? (const char *const *)&old_key
-					  : (const char *const *)m.done;
-	size_t ngone = old_key ? 1 : m.ndone;
+	struct meta_rename_keys k = {
+		.gone = old_key ? (const char *const *)&old_key
+				: (const char *const *)m.done,
+		.ngone = old_key ? 1 : m.ndone,
+		.made = old_key ? (const char *const *)&new_key
+				: (const char *const *)m.made,
+		.nmade = old_key ? (m.dest_exists ? 0 : 1) : m.ndone};
+	if (!rc)
+		debug_rename_copied_pause();
 	if (!rc)
 		rc = meta_rename_queue(fs->meta, parent, name, newparent,
-				       newname, flags, gone, ngone, &replaced);
+				       newname, flags, &k, &replaced);
 	if (!rc) {
 		mark_dirty(fs, parent, META_DIRTY_ATTR);
 		if (newparent != parent)
@@ -1704,9 +1748,12 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 out:
 	pthread_rwlock_unlock(&fs->s3_lock);
 out_unlocked:
-	for (size_t i = 0; i < m.ndone; i++)
+	for (size_t i = 0; i < m.ndone; i++) {
 		free(m.done[i]);
+		free(m.made[i]);
+	}
 	free(m.done);
+	free(m.made);
 	free(old_path);
 	free(new_path);
 	free(old_key);

@@ -2386,7 +2386,7 @@ static int rename_exchange(struct meta *m, struct op *op, struct dentry *s,
 static int rename_move(struct meta *m, struct op *op, struct dentry *s,
 		       struct dentry *d, struct inode *newdir,
 		       const char *newname, size_t newlen, uint64_t *replaced,
-		       const char *const *keys, size_t nkeys)
+		       const struct meta_rename_keys *k)
 {
 	struct inode *si = s->ino, *dir = s->dir;
 	struct inode *di = d ? d->ino : NULL;
@@ -2432,8 +2432,10 @@ static int rename_move(struct meta *m, struct op *op, struct dentry *s,
 	if (!rc)
 		rc = db_dentry(m, ST_DENTRY_INS, newdir->a.ino, newname, newlen,
 			       si->a.ino, nd->cookie);
-	for (size_t i = 0; !rc && i < nkeys; i++)
-		rc = outbox_run(m, ST_OUTBOX_INS, keys[i], 0);
+	for (size_t i = 0; k && !rc && i < k->ngone; i++)
+		rc = outbox_run(m, ST_OUTBOX_INS, k->gone[i], 0);
+	for (size_t i = 0; k && !rc && i < k->nmade; i++)
+		rc = outbox_run(m, ST_OUTBOX_DEL_KEY, k->made[i], 0);
 	if (!rc)
 		rc = op_write(m, op);
 	rc = op_end(m, op, rc);
@@ -2459,12 +2461,12 @@ int meta_rename(struct meta *m, uint64_t parent, const char *name,
 		uint64_t *replaced_ino)
 {
 	return meta_rename_queue(m, parent, name, newparent, newname, flags,
-				 NULL, 0, replaced_ino);
+				 NULL, replaced_ino);
 }
 
 int meta_rename_queue(struct meta *m, uint64_t parent, const char *name,
 		      uint64_t newparent, const char *newname, unsigned flags,
-		      const char *const *keys, size_t nkeys,
+		      const struct meta_rename_keys *keys,
 		      uint64_t *replaced_ino)
 {
 	size_t len = 0, newlen = 0;
@@ -2474,7 +2476,7 @@ int meta_rename_queue(struct meta *m, uint64_t parent, const char *name,
 		rc = name_check(newname, &newlen);
 	if (!rc && ((flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) ||
 		    (flags & RENAME_NOREPLACE && flags & RENAME_EXCHANGE) ||
-		    (nkeys && flags & RENAME_EXCHANGE)))
+		    (keys && flags & RENAME_EXCHANGE)))
 		rc = -EINVAL;
 	if (rc)
 		return rc;
@@ -2504,7 +2506,7 @@ int meta_rename_queue(struct meta *m, uint64_t parent, const char *name,
 		rc = rename_exchange(m, &op, s, d);
 	else
 		rc = rename_move(m, &op, s, d, newdir, newname, newlen,
-				 &replaced, keys, nkeys);
+				 &replaced, keys);
 	if (!rc)
 		op_done(m, &op);
 	unlock(m);

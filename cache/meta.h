@@ -157,12 +157,21 @@ int meta_outbox_cancel_for(struct meta *m, const char *key, uint64_t ino,
 int meta_rename(struct meta *m, uint64_t parent, const char *name,
 		uint64_t newparent, const char *newname, unsigned flags,
 		uint64_t *replaced_ino);
-/* meta_rename() that, in the same transaction, queues keys (the old
- * names' objects) in the outbox of deletions: a crash can neither lose
- * them nor keep them without the rename. Not with RENAME_EXCHANGE. */
+/* What a rename changes in the outbox of deletions, in its transaction. */
+struct meta_rename_keys {
+	const char *const *gone; /* the old names' objects: queued */
+	size_t ngone;
+	/* the rename's copies at the new names, queued before they were made
+	 * (so that a crash before the rename undoes them): dropped */
+	const char *const *made;
+	size_t nmade;
+};
+/* meta_rename() that, in the same transaction, changes the outbox as keys
+ * says: a crash can neither lose the old objects' deletions nor keep them
+ * (or the new copies) without the rename. Not with RENAME_EXCHANGE. */
 int meta_rename_queue(struct meta *m, uint64_t parent, const char *name,
 		      uint64_t newparent, const char *newname, unsigned flags,
-		      const char *const *keys, size_t nkeys,
+		      const struct meta_rename_keys *keys,
 		      uint64_t *replaced_ino);
 /* Changes the fields in mask (META_SET_*); ctime follows the rules of
  * chmod/chown/truncate unless META_SET_CTIME is given. */
