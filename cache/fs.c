@@ -2106,11 +2106,18 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 			struct fuse_file_info *fi)
 {
+	struct fs *fs = FS(req);
 	(void)ino;
 	(void)datasync;
 	(void)fi;
+	if (fs->cfg.durability_local) {
+		/* namespace changes are in the store: durable on the cache
+		 * disk once its WAL is fsync'ed; the flusher uploads later */
+		fuse_reply_err(req, -meta_commit(fs->meta));
+		return;
+	}
 	/* namespace changes: every dirty inode goes to S3 now */
-	int rc = fs_flush_all(FS(req));
+	int rc = fs_flush_all(fs);
 	fuse_reply_err(req, rc && rc != -EROFS ? EIO : -rc);
 }
 

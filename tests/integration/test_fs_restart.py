@@ -310,3 +310,38 @@ def test_a_rename_cut_short_by_a_crash_leaves_only_the_old_names(
     got = {k[len(prefix) + 1:] for k in keys(s3, prefix + "/")}
     assert {k for k in got if k and not k.startswith(".tierfs/")} == \
         {"f", "d/", "d/x"}
+
+
+def test_durability_local_fsync_is_durable_on_the_cache_disk_and_uploads_later(
+        volume, s3, tmp_path):
+    """--durability local: fsync of a file or a directory returns once the
+    change is on the cache disk, without waiting for S3 (the upload comes
+    later); a kill -9 right after loses nothing, and an unmount sends it
+    all. fsync of a directory used to upload every dirty inode at once,
+    which made SQLite (a directory fsync per journal) go at S3's pace."""
+    url, prefix = volume
+    args = (str(tmp_path / "m"), str(tmp_path / "c"), "--durability",
+            "local", "--upload-delay", "10m")
+    m = Mount(url, *args)
+    root = Path(m.mountpoint)
+    (root / "d").mkdir()
+    for path, data in (("f", b"file\n"), ("d/g", b"in d\n")):
+        fd = os.open(root / path, os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+    for d in (root / "d", root):
+        fd = os.open(d, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    got = {k[len(prefix) + 1:] for k in keys(s3, prefix + "/")}
+    assert not {"f", "d/", "d/g"} & got  # nothing sent yet
+    m.kill_daemon()
+    m = Mount(url, *args)
+    try:
+        assert (root / "f").read_bytes() == b"file\n"
+        assert (root / "d" / "g").read_bytes() == b"in d\n"
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/f") == b"file\n"
+    assert body(s3, f"{prefix}/d/g") == b"in d\n"
