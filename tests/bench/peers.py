@@ -161,6 +161,13 @@ class Target:
             if mountinfo(mnt):
                 abort_fuse(mnt)
 
+    def forget(self, prefix):
+        """Drops what this target keeps of prefix on the local disk (its
+        cache dir; the local disk's directory), once the harness is done
+        with it, so that the runs do not fill the disk."""
+        if not self.mountpoint:
+            shutil.rmtree(self.cache_dir(prefix), ignore_errors=True)
+
     def key(self, relpath):
         """The S3 key a file at relpath of the mounted prefix is stored as."""
         return f"{self.prefix}/{relpath}"
@@ -180,9 +187,11 @@ class LocalDisk(Target):
         return d
 
     def unmount(self):
-        if self.mountpoint:
-            shutil.rmtree(self.mountpoint, ignore_errors=True)
         self.mountpoint = None
+
+    def forget(self, prefix):
+        shutil.rmtree(os.path.join(self.workdir, prefix.replace("/", "_")),
+                      ignore_errors=True)
 
     def key(self, relpath):
         return None  # not in S3

@@ -106,6 +106,8 @@ def raw_value(fig, res):
 
 def verdict(fig, res):
     """(word, detail): "met", "MISSED" or "FAILED", and why."""
+    if not fig.bar and not fig.peers:
+        return "info", ""
     t = fig.judged
     tv = res.median(fig.id, t)
     if tv is None:
@@ -134,8 +136,6 @@ def verdict(fig, res):
             pv = res.median(fig.id, p)
             if pv is not None and better_ratio(fig, tv, pv) <= 1:
                 missed.append(f"behind {p}")
-    if not fig.bar and not fig.peers:
-        return "info", ""
     return ("MISSED", "; ".join(missed)) if missed else ("met", "")
 
 
