@@ -28,6 +28,9 @@ PACKAGES=(
 	swift swift-proxy swift-account swift-container swift-object memcached
 	# peers for interop tests and benchmarks
 	s3fs rclone
+	# make bench: its chart (bench/results/bench.png), and perf to profile
+	# the daemon where it misses a bar
+	gnuplot-nox linux-perf
 )
 
 missing=()

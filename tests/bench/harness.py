@@ -93,7 +93,7 @@ class Config:
         self.meta_files = e("BENCH_META_FILES", 10000, 1000)
         self.meta_timebox = e("BENCH_META_TIMEBOX", 10.0, 3.0, float)  # per phase
         self.ls_entries = e("BENCH_LS_ENTRIES", 25000, 2000)
-        self.ls_timeout = e("BENCH_LS_TIMEOUT", 90, 30)
+        self.ls_timeout = e("BENCH_LS_TIMEOUT", 60, 30)
         self.tar_files = e("BENCH_TAR_FILES", 10000, 1000)
         self.s3fs_files = e("BENCH_S3FS_FILES", 300, 100)      # s3fs's tar cap
         self.sqlite_timebox = e("BENCH_SQLITE_TIMEBOX", 3.0, 1.0, float)
