@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -50,6 +51,8 @@ PY = "/usr/bin/python3"
 MIB = 1 << 20
 FUSE_TARGETS = ("tierfs-s3", "tierfs-local", "rclone", "s3fs")
 ALL_TARGETS = ("local",) + FUSE_TARGETS
+# what a read-only workload runs on: --durability changes nothing there
+READ_TARGETS = ("local", "tierfs-s3", "rclone", "s3fs")
 
 
 def log(msg):
@@ -74,36 +77,38 @@ class Config:
         self.bucket = os.environ.get("BENCH_BUCKET", "tierfs-bench")
         self.workdir = os.environ.get("BENCH_WORKDIR", "/var/tmp/tierfs-bench")
         # fio, JupyterHub's NFS/EFS comparison, sized down
-        self.fio_size_mib = e("BENCH_FIO_SIZE_MIB", 64, 16)   # per job
-        self.fio_runtime = e("BENCH_FIO_RUNTIME", 5, 2)       # seconds
+        self.fio_size_mib = e("BENCH_FIO_SIZE_MIB", 32, 16)   # per job
+        self.fio_runtime = e("BENCH_FIO_RUNTIME", 4, 2)       # seconds
         # Keep-style streams: 1 and N threads of STREAM_MIB files
         self.stream_mib = e("BENCH_STREAM_MIB", 64, 16)
         self.stream_threads = e("BENCH_STREAM_THREADS", 20, 8)
-        self.seq_mib = e("BENCH_SEQ_MIB", 1024, 128)          # one stream + fsync
-        # LeoFS-style large objects
+        self.seq_mib = e("BENCH_SEQ_MIB", 256, 128)           # one stream + fsync
+        # LeoFS-style large objects: by default the N streams above serve
+        # (N writers, then N readers warm and cold); BENCH_LEO_MIB=256 adds
+        # a set of its own of that size
         self.leo_files = e("BENCH_LEO_FILES", 20, 4)
-        self.leo_mib = e("BENCH_LEO_MIB", 128, 32)
+        self.leo_mib = e("BENCH_LEO_MIB", 0, 0)
         # grail filebench-style cold reads
         self.grail_mib = e("BENCH_GRAIL_MIB", 256, 64)
         self.grail_chunks_kib = lst("BENCH_GRAIL_CHUNKS_KIB", [1, 8, 64, 512, 4096],
                                     [1, 64, 4096])
         self.grail_readers = lst("BENCH_GRAIL_READERS", [1, 8, 64], [1, 8])
-        self.grail_timebox = e("BENCH_GRAIL_TIMEBOX", 1.0, 0.5, float)
+        self.grail_timebox = e("BENCH_GRAIL_TIMEBOX", 0.5, 0.3, float)
         # metadata
         self.meta_files = e("BENCH_META_FILES", 10000, 1000)
-        self.meta_timebox = e("BENCH_META_TIMEBOX", 10.0, 3.0, float)  # per phase
+        self.meta_timebox = e("BENCH_META_TIMEBOX", 5.0, 2.0, float)  # per phase
         self.ls_entries = e("BENCH_LS_ENTRIES", 25000, 2000)
         self.ls_timeout = e("BENCH_LS_TIMEOUT", 60, 30)
         self.tar_files = e("BENCH_TAR_FILES", 10000, 1000)
-        self.s3fs_files = e("BENCH_S3FS_FILES", 300, 100)      # s3fs's tar cap
-        self.sqlite_timebox = e("BENCH_SQLITE_TIMEBOX", 3.0, 1.0, float)
+        self.s3fs_files = e("BENCH_S3FS_FILES", 100, 50)       # s3fs's tar cap
+        self.sqlite_timebox = e("BENCH_SQLITE_TIMEBOX", 2.0, 1.0, float)
         self.sqlite_max = e("BENCH_SQLITE_MAX", 5000, 1000)
         # cold start
         self.cold_dirs = e("COLD_DIRS", 100, 10)
         self.cold_per_dir = e("COLD_FILES_PER_DIR", 1000, 100)
         self.cold_walk_timeout = e("BENCH_COLD_WALK_TIMEOUT", 60, 20)
         # raw S3 and crash cost
-        self.raw_size = os.environ.get("BENCH_SIZE", "256M" if q else "1G")
+        self.raw_size = os.environ.get("BENCH_SIZE", "256M" if q else "512M")
         self.raw_threads = e("BENCH_THREADS", 8, 8)
         self.restart = e("BENCH_RESTART", 1, 0)
 
@@ -339,7 +344,7 @@ class Streams(Workload):
     """Keep-style single and many streams, and one long sequential stream
     (DESIGN §8's 1 GiB + fsync): write (each file fsynced and closed), the
     time until it is all in S3, then a cold read (cache emptied)."""
-    name, title = "streams", "streams (Keep-style), sequential 1 GiB"
+    name, title = "streams", "streams (Keep-style; N writers then readers: LeoFS-style)"
 
     def sets(self, cfg):
         return (("s1", 1, cfg.stream_mib, f"1 x {cfg.stream_mib} MiB"),
@@ -360,6 +365,9 @@ class Streams(Workload):
                     Figure(f"{s}-rcold", f"cold read {tag}", "MiB/s",
                            bar=("raw", "raw-get", 0.9), raw_ref="raw-get",
                            group=self.title)]
+            if s == "sN":
+                out.append(Figure("sN-rwarm", f"warm read {tag}", "MiB/s",
+                                  group=self.title))
         return out
 
     def run(self, ctx, t, r):
@@ -380,6 +388,14 @@ class Streams(Workload):
                         f"durable {out['bytes'] / MIB / dur:.0f} MiB/s")
                 written.append((s, threads, mib))
             ctx.measure([f"{s}-w", f"{s}-durable"], t, write)
+        if any(w[0] == "sN" for w in written):
+            # LeoFS-style: the N writers' files read back at once, warm
+            def warm():
+                n, mib = ctx.cfg.stream_threads, ctx.cfg.stream_mib
+                out = ctx.op(t, ["read", os.path.join(mnt, "sN"), n, mib], 60 + n * mib / 5)
+                ctx.res.add("sN-rwarm", t.name, out["bytes"] / MIB / out["s"])
+                log(f"  {t.name} sN: warm read {out['bytes'] / MIB / out['s']:.0f} MiB/s")
+            ctx.measure(["sN-rwarm"], t, warm)
         t.unmount()
         mnt = t.mount(prefix, cold=True)
         if not t.fuse:
@@ -443,6 +459,7 @@ class Grail(Workload):
     ranged GETs of the same sizes (boto3). Each is capped at a few seconds
     of reading (BENCH_GRAIL_TIMEBOX)."""
     name, title, raw = "grail", "cold sequential reads (grail filebench-style)", True
+    serves = READ_TARGETS
 
     def combos(self, cfg):
         out = []
@@ -638,7 +655,7 @@ class Ls(Workload):
     (through tierfs, so it has tierfs's index too): first after a cold mount,
     then again."""
     name, title = "ls", "directory listing"
-    serves = FUSE_TARGETS + ("local",)
+    serves = READ_TARGETS
 
     def dataset(self, cfg):
         return f"datasets/ls-{cfg.ls_entries}"
@@ -726,7 +743,7 @@ class ColdMount(Workload):
     an empty cache dir until the first ls of the root returns, and until a
     walk of the whole tree does (the volume is made once, through tierfs)."""
     name, title = "coldmount", "cold start"
-    serves = FUSE_TARGETS
+    serves = ("tierfs-s3", "rclone", "s3fs")
 
     def dataset(self, cfg):
         return f"cold-{cfg.cold_dirs * cfg.cold_per_dir // 1000}k"
@@ -859,6 +876,7 @@ class _Named:
 
 WORKLOADS = [Raw(), Fio(), Streams(), Leofs(), Grail(), Meta(), Ls(), ColdMount(),
              Restart()]
+READ_ONLY = ("grail", "ls", "coldmount")
 
 
 def memory_figure():
@@ -872,6 +890,9 @@ def rotate(xs, k):
 
 
 def main():
+    # a background job starts with SIGINT ignored: both end the run cleanly
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     cfg = Config()
     only = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
     names = [t for t in os.environ.get("BENCH_TARGETS", "").split(",") if t]
@@ -887,6 +908,8 @@ def main():
     workloads = [w for w in WORKLOADS if not only or w.name in only]
     if not cfg.restart:
         workloads = [w for w in workloads if w.name != "restart"]
+    if not cfg.leo_mib:
+        workloads = [w for w in workloads if w.name != "leofs"]
     figs = [f for w in workloads for f in w.figures(cfg)] + [memory_figure()]
     started = time.time()
     t_start = time.monotonic()
@@ -946,6 +969,10 @@ def main():
         w, kib = max(per.items(), key=lambda x: x[1])
         ctx.res.add("rss", t, kib / 1024)
         peaks.append(f"{t} in {w}")
+    for w in workloads:
+        if w.name in READ_ONLY:
+            ctx.res.note(w.figures(cfg)[0].id, f"{w.name} only reads: tierfs s3 stands "
+                         "for tierfs local too")
     if peaks:
         ctx.res.note("rss", "one value, the peak of all runs (VmHWM): " + ", ".join(peaks))
     wall = time.monotonic() - t_start
