@@ -95,9 +95,16 @@ coldread)
 	;;
 esac
 
-echo "== $W, durability $DUR: plain" >&2
+PROXY_LOG=${TIERFS_S3_DIR:-/var/tmp/tierfs-s3}/log/proxy.log
+echo "== $W, durability $DUR: plain, and the S3 requests it made" >&2
 setup
+before=$(wc -l <"$PROXY_LOG" 2>/dev/null || echo 0)
 run | tee "$OUT/plain.txt"
+# the local S3's own log: requests under the prefix, by method, with the
+# seconds Swift spent on them
+tail -n +"$((before + 1))" "$PROXY_LOG" 2>/dev/null | grep -F "/$BUCKET/${PREFIX}" |
+	awk '{n[$5]++; t[$5] += $(NF-1) - $(NF-2)} END {for (m in n) printf "S3 %-7s %6d requests, %7.2f s in Swift\n", m, n[m], t[m]}' |
+	tee "$OUT/s3-requests.txt" || true
 
 echo "== $W: perf record (on-CPU, worker $WORKER)" >&2
 setup
@@ -108,10 +115,10 @@ sleep 1
 run | tee "$OUT/perf-run.txt"
 kill -INT "$PERF"
 wait "$PERF" || true
-perf report -i "$OUT/perf.data" --no-children --sort dso,symbol --stdio \
-	2>/dev/null | grep -v '^#' | grep -E '^ +[0-9]' | head -40 >"$OUT/perf-top.txt"
+perf report -i "$OUT/perf.data" --no-children --sort dso,symbol --stdio -g none \
+	2>/dev/null | grep -v '^#' | grep -E '^ +[0-9]' | head -40 >"$OUT/perf-top.txt" || true
 perf report -i "$OUT/perf.data" --children --sort symbol --stdio -g none \
-	2>/dev/null | grep -v '^#' | grep -E '^ +[0-9]' | head -40 >"$OUT/perf-children.txt"
+	2>/dev/null | grep -v '^#' | grep -E '^ +[0-9]' | head -40 >"$OUT/perf-children.txt" || true
 echo "-- top self (dso, symbol):"
 head -25 "$OUT/perf-top.txt"
 echo "-- top with children:"
@@ -119,7 +126,7 @@ head -25 "$OUT/perf-children.txt"
 
 echo "== $W: strace -c (syscalls and waits, all worker threads)" >&2
 setup
-strace -c -f -p "$WORKER" -o "$OUT/strace.txt" &
+strace -c -f -w -p "$WORKER" -o "$OUT/strace.txt" &
 ST=$!
 sleep 1
 run | tee "$OUT/strace-run.txt"

@@ -946,9 +946,15 @@ def main():
                         t.unmount()
                     except (peers.TargetFailed, subprocess.SubprocessError) as e:
                         log(f"  {t.name}: unmount failed: {e}")
-                    if hasattr(t, "forget"):
-                        for p in w.prefixes(ctx, t, r):
+                    for p in w.prefixes(ctx, t, r):
+                        if hasattr(t, "forget"):
                             t.forget(p)
+                        if p.startswith(ctx.scratch + "/") and t.fuse:
+                            # S3 would otherwise keep ~20 GiB by the end
+                            try:
+                                ctx.delete_prefix(p + "/")
+                            except Exception as e:  # noqa: BLE001
+                                log(f"  deleting {p}/ failed: {e}")
                     if getattr(t, "peak_rss_kib", 0):
                         d = ctx.rss.setdefault(t.name, {})
                         d[w.name] = max(d.get(w.name, 0), t.peak_rss_kib)
