@@ -79,10 +79,12 @@ class Config:
         # fio, JupyterHub's NFS/EFS comparison, sized down
         self.fio_size_mib = e("BENCH_FIO_SIZE_MIB", 32, 16)   # per job
         self.fio_runtime = e("BENCH_FIO_RUNTIME", 4, 2)       # seconds
+        self.fio_seq_mib = e("BENCH_FIO_SEQ_MIB", 512, 64)    # seq-1m.fio's FIO_SIZE
         # Keep-style streams: 1 and N threads of STREAM_MIB files
         self.stream_mib = e("BENCH_STREAM_MIB", 64, 16)
         self.stream_threads = e("BENCH_STREAM_THREADS", 20, 8)
-        self.seq_mib = e("BENCH_SEQ_MIB", 256, 128)           # one stream + fsync
+        # one long stream + fsync, cold read (seq-1m.fio writes one too)
+        self.seq_mib = e("BENCH_SEQ_MIB", 0, 0)
         # LeoFS-style large objects: by default the N streams above serve
         # (N writers, then N readers warm and cold); BENCH_LEO_MIB=256 adds
         # a set of its own of that size
@@ -277,10 +279,16 @@ def fio_json(text):
     return json.loads(text[i:])
 
 
+FIO_JOBS = os.path.join(ROOT, "bench", "fio")  # shared with deploy/bench/
+
+
 class Fio(Workload):
-    """JupyterHub's NFS/EFS comparison: 4k randrw, direct, libaio, on a file
-    that the target has laid out and put in S3 first (a cache hit)."""
-    name, title = "fio", "fio 4k randrw, direct (JupyterHub NFS/EFS comparison)"
+    """JupyterHub's NFS/EFS comparison, bench/fio/jupyterhub-randrw.fio as it
+    is (4k randrw, direct, libaio, iodepth 256, 4 jobs), and the same file
+    with iodepth 64 and 2 jobs, on files that the target has laid out and
+    put in S3 first (a cache hit); then bench/fio/seq-1m.fio (1 MiB
+    sequential write with an fsync at the end, then read back warm)."""
+    name, title = "fio", "fio: bench/fio/jupyterhub-randrw.fio, seq-1m.fio"
     CONFIGS = (("256x4", 256, 4), ("64x2", 64, 2))
 
     def figures(self, cfg):
@@ -295,40 +303,59 @@ class Fio(Workload):
                            group=self.title),
                     Figure(f"fio-{c}-wp99", f"{tag} write p99", "ms", better="low",
                            group=self.title)]
+        tag = f"fio seq 1M {cfg.fio_seq_mib} MiB"
+        # tierfs s3's fsync returns once the file is in S3: DESIGN's
+        # "sequential write + fsync, durable in S3" row
+        out += [Figure("fio-seq-w", f"{tag} write + fsync", "MiB/s",
+                       bar=("raw", "raw-put", 0.9), raw_ref="raw-put", group=self.title),
+                Figure("fio-seq-r", f"{tag} read, warm", "MiB/s", group=self.title)]
         return out
 
-    def argv(self, ctx, d, depth, jobs, create_only):
-        cfg = ctx.cfg
-        a = ["fio", "--name=randrw", f"--directory={d}", "--rw=randrw", "--bs=4k",
-             "--direct=1", "--ioengine=libaio", f"--iodepth={depth}",
-             f"--numjobs={jobs}", f"--size={cfg.fio_size_mib}m",
-             "--group_reporting", "--output-format=json"]
-        if create_only:
-            return a + ["--create_only=1"]
-        return a + [f"--runtime={cfg.fio_runtime}", "--time_based"]
+    def jobfile(self, ctx, depth, jobs):
+        src = os.path.join(FIO_JOBS, "jupyterhub-randrw.fio")
+        if (depth, jobs) == (256, 4):
+            return src
+        # issue 6's second configuration: the same job, two lines changed
+        text = open(src).read()
+        for a in ("iodepth=256\n", "numjobs=4\n"):
+            if a not in text:
+                raise OpFailed(f"{src} has no line {a.strip()!r} to change")
+        text = text.replace("iodepth=256\n", f"iodepth={depth}\n")
+        text = text.replace("numjobs=4\n", f"numjobs={jobs}\n")
+        path = os.path.join(ctx.cfg.workdir, f"jupyterhub-randrw-qd{depth}-j{jobs}.fio")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def fio(self, ctx, t, job, d, size_mib, runtime, *extra):
+        env = dict(ctx.env, FIO_DIR=d, FIO_SIZE=f"{size_mib}m", FIO_RUNTIME=str(runtime))
+        p = ctx.run(["fio", "--output-format=json", *extra, job], runtime + 600, t,
+                    env=env)
+        if p.returncode != 0:
+            raise OpFailed(f"fio {os.path.basename(job)} exited {p.returncode}: "
+                           f"{p.stderr[-300:]}")
+        return p
 
     def run(self, ctx, t, r):
+        cfg = ctx.cfg
         mnt = t.mount(ctx.prefix(t, self.name, r))
         want = {}
         for c, depth, jobs in self.CONFIGS:
             d = os.path.join(mnt, c)
             os.makedirs(d, exist_ok=True)
-            p = ctx.run(self.argv(ctx, d, depth, jobs, True), 600, t)
-            if p.returncode != 0:
-                raise OpFailed(f"fio layout exited {p.returncode}: {p.stderr[-300:]}")
+            self.fio(ctx, t, self.jobfile(ctx, depth, jobs), d, cfg.fio_size_mib,
+                     cfg.fio_runtime, "--create_only=1")
             if t.key("x"):
                 for j in range(jobs):
-                    want[t.key(f"{c}/randrw.{j}.0")] = ctx.cfg.fio_size_mib * MIB
+                    want[t.key(f"{c}/jupyterhub-randrw.{j}.0")] = cfg.fio_size_mib * MIB
         if want:  # the files are in S3 before the timed part: a cache hit
             ctx.wait_durable(want, time.monotonic())
         for c, depth, jobs in self.CONFIGS:
             ids = [f"fio-{c}-{k}" for k in ("riops", "wiops", "rp99", "wp99")]
 
             def one():
-                p = ctx.run(self.argv(ctx, os.path.join(mnt, c), depth, jobs, False),
-                            ctx.cfg.fio_runtime + 300, t)
-                if p.returncode != 0:
-                    raise OpFailed(f"fio exited {p.returncode}: {p.stderr[-300:]}")
+                p = self.fio(ctx, t, self.jobfile(ctx, depth, jobs),
+                             os.path.join(mnt, c), cfg.fio_size_mib, cfg.fio_runtime)
                 j = fio_json(p.stdout)["jobs"][0]
                 vals = (j["read"]["iops"], j["write"]["iops"],
                         j["read"]["clat_ns"]["percentile"]["99.000000"] / 1e6,
@@ -339,6 +366,19 @@ class Fio(Workload):
                     f"p99 {vals[2]:.1f}/{vals[3]:.1f} ms")
             ctx.measure(ids, t, one)
 
+        def seq():
+            d = os.path.join(mnt, "seq")
+            os.makedirs(d, exist_ok=True)
+            p = self.fio(ctx, t, os.path.join(FIO_JOBS, "seq-1m.fio"), d,
+                         cfg.fio_seq_mib, 120)
+            jobs = {j["jobname"]: j for j in fio_json(p.stdout)["jobs"]}
+            w = jobs["seq-write-1m"]["write"]["bw_bytes"] / MIB
+            rd = jobs["seq-read-1m"]["read"]["bw_bytes"] / MIB
+            ctx.res.add("fio-seq-w", t.name, w)
+            ctx.res.add("fio-seq-r", t.name, rd)
+            log(f"  {t.name} seq-1m: write {w:.0f} MiB/s, read {rd:.0f} MiB/s")
+        ctx.measure(["fio-seq-w", "fio-seq-r"], t, seq)
+
 
 class Streams(Workload):
     """Keep-style single and many streams, and one long sequential stream
@@ -347,10 +387,12 @@ class Streams(Workload):
     name, title = "streams", "streams (Keep-style; N writers then readers: LeoFS-style)"
 
     def sets(self, cfg):
-        return (("s1", 1, cfg.stream_mib, f"1 x {cfg.stream_mib} MiB"),
-                ("sN", cfg.stream_threads, cfg.stream_mib,
-                 f"{cfg.stream_threads} x {cfg.stream_mib} MiB"),
-                ("seq", 1, cfg.seq_mib, f"1 x {cfg.seq_mib} MiB"))
+        out = (("s1", 1, cfg.stream_mib, f"1 x {cfg.stream_mib} MiB"),
+               ("sN", cfg.stream_threads, cfg.stream_mib,
+                f"{cfg.stream_threads} x {cfg.stream_mib} MiB"))
+        if cfg.seq_mib:
+            out += (("seq", 1, cfg.seq_mib, f"1 x {cfg.seq_mib} MiB"),)
+        return out
 
     def figures(self, cfg):
         out = []
