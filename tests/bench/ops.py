@@ -15,6 +15,8 @@ on fewer files and reported per second.
   ranged-get BUCKET KEY SIZE CHUNK READERS TIMEBOX
                                 raw S3: ranged GETs of CHUNK bytes, READERS
                                 in parallel at disjoint offsets (boto3)
+  ranged-gets BUCKET JSON TIMEBOX
+                                the same for each [KEY, SIZE, CHUNK, READERS]
 """
 
 import json
@@ -158,12 +160,24 @@ def op_read(d, threads, mib):
             "errors": errors + bad}
 
 
-def op_ranged_get(bucket, key, size, chunk, readers, timebox):
+def s3_client(connections):
     import boto3
     from botocore.config import Config
-    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"],
-                      config=Config(max_pool_connections=readers,
-                                    retries={"max_attempts": 3}))
+    return boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+                        config=Config(max_pool_connections=connections,
+                                      retries={"max_attempts": 3}))
+
+
+def op_ranged_gets(bucket, spec, timebox):
+    """Every [key, size, chunk, readers] of spec in turn, one client."""
+    s3 = s3_client(max(r for _, _, _, r in spec))
+    out = [op_ranged_get(bucket, k, size, chunk, readers, timebox, s3)
+           for k, size, chunk, readers in spec]
+    return {"results": out, "errors": [e for r in out for e in r["errors"]]}
+
+
+def op_ranged_get(bucket, key, size, chunk, readers, timebox, s3=None):
+    s3 = s3 or s3_client(readers)
     s3.head_object(Bucket=bucket, Key=key)  # connect and sign once
     span = size // readers
     got = [0] * readers
@@ -191,6 +205,8 @@ def main(argv):
         r = op_write(args[0], int(args[1]), int(args[2]))
     elif op == "read":
         r = op_read(args[0], int(args[1]), int(args[2]))
+    elif op == "ranged-gets":
+        r = op_ranged_gets(args[0], json.loads(args[1]), float(args[2]))
     elif op == "ranged-get":
         r = op_ranged_get(args[0], args[1], int(args[2]), int(args[3]),
                           int(args[4]), float(args[5]))
