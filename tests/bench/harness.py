@@ -641,18 +641,9 @@ class Meta(Workload):
         cfg = ctx.cfg
         mnt = t.mount(ctx.prefix(t, self.name, r))
 
-        def meta():
-            o = ctx.op(t, ["meta", os.path.join(mnt, "m"), cfg.meta_files,
-                           cfg.meta_timebox], cfg.meta_timebox * 3 + 120)
-            for k in ("create", "stat", "unlink"):
-                ctx.res.add(k, t.name, o[k]["n"] / o[k]["s"])
-                if o[k]["n"] < cfg.meta_files and k != "stat":
-                    ctx.res.note(k, f"{t.name} reached {o[k]['n']} files in "
-                                 f"{cfg.meta_timebox:g} s (rate over those)")
-            log(f"  {t.name}: create {o['create']['n'] / o['create']['s']:.0f}/s, "
-                f"stat {o['stat']['n'] / o['stat']['s']:.0f}/s, "
-                f"unlink {o['unlink']['n'] / o['unlink']['s']:.0f}/s")
-        ctx.measure(["create", "stat", "unlink"], t, meta)
+        # SQLite first: its rollback journal fsyncs the directory, which in
+        # tierfs waits for everything dirty to reach S3, and it is not the
+        # backlog of the other steps that it should measure
         for mode in ("delete", "wal"):
             def sql():
                 o = ctx.op(t, ["sqlite", os.path.join(mnt, f"db-{mode}.sqlite"), mode,
@@ -661,6 +652,20 @@ class Meta(Workload):
                 ctx.res.add(f"sqlite-{mode}", t.name, o["n"] / o["s"])
                 log(f"  {t.name}: sqlite {mode} {o['n'] / o['s']:.0f} commits/s")
             ctx.measure([f"sqlite-{mode}"], t, sql)
+
+        def meta():
+            o = ctx.op(t, ["meta", os.path.join(mnt, "m"), cfg.meta_files,
+                           cfg.meta_timebox], cfg.meta_timebox * 3 + 120)
+            for k in ("create", "stat", "unlink"):
+                ctx.res.add(k, t.name, o[k]["n"] / o[k]["s"])
+                if o[k]["n"] < cfg.meta_files and k != "stat":
+                    ctx.res.count(k, t.name, o[k]["n"])
+                    ctx.res.note(k, f"capped at {cfg.meta_timebox:g} s; the rate is "
+                                 "over the files reached")
+            log(f"  {t.name}: create {o['create']['n'] / o['create']['s']:.0f}/s, "
+                f"stat {o['stat']['n'] / o['stat']['s']:.0f}/s, "
+                f"unlink {o['unlink']['n'] / o['unlink']['s']:.0f}/s")
+        ctx.measure(["create", "stat", "unlink"], t, meta)
 
         def tar():
             n = cfg.tar_files if t.name != "s3fs" else min(cfg.tar_files, cfg.s3fs_files)

@@ -54,6 +54,7 @@ class Results:
         self.values = {}    # fid -> target -> [values]
         self.failed = {}    # fid -> target -> reason
         self.notes = {}     # fid -> [text]
+        self.counts = {}    # fid -> target -> [how many files a capped run reached]
 
     def add(self, fid, target, value):
         self.values.setdefault(fid, {}).setdefault(target, []).append(value)
@@ -65,6 +66,9 @@ class Results:
         n = self.notes.setdefault(fid, [])
         if text not in n:
             n.append(text)
+
+    def count(self, fid, target, n):
+        self.counts.setdefault(fid, {}).setdefault(target, []).append(n)
 
     def median(self, fid, target):
         v = self.values.get(fid, {}).get(target)
@@ -208,6 +212,10 @@ def failures_and_notes(figs, res):
     for f in figs:
         for n in res.notes.get(f.id, []):
             lines.append(f"note: {f.label}: {n}")
+        c = res.counts.get(f.id)
+        if c:
+            lines.append(f"note: {f.label}: files reached in the time box, per run: "
+                         + "; ".join(f"{t} {', '.join(map(str, ns))}" for t, ns in c.items()))
     return lines
 
 
@@ -224,7 +232,8 @@ def to_json(figs, res, meta):
                "ratio_vs_best_peer": better_ratio(f, tv, bp[1]) if bp else None,
                "best_peer": bp[0] if bp else None,
                "raw_reference": raw_value(f, res),
-               "notes": res.notes.get(f.id, []), "targets": {}}
+               "notes": res.notes.get(f.id, []), "capped_counts": res.counts.get(f.id, {}),
+               "targets": {}}
         for t, _ in COLUMNS:
             v = res.values.get(f.id, {}).get(t)
             why_t = res.failed.get(f.id, {}).get(t)
@@ -278,8 +287,9 @@ def chart(figs, res, png):
         g.write(f'set output "{png}"\nset multiplot\n')
         g.write("set style data histograms\nset style histogram clustered gap 1\n"
                 "set style fill solid 0.8 border -1\nset logscale y 10\n"
-                "set yrange [0.001:100]\nset grid y\nset key top right\n"
-                "set xtics rotate by -35 left font ',8'\nset bmargin 12\n")
+                "set yrange [0.001:1000]\nset grid y\nset key top right\n"
+                "set xtics rotate by -35 left font ',8'\nset bmargin 12\n"
+                "set rmargin 12\n")
         y = total
         for i, ((title, rows), h) in enumerate(zip(panels, heights)):
             y -= h
