@@ -9,7 +9,8 @@
 #   make deploy-manifests  regenerate deploy/kustomize and the fio ConfigMap
 #   make image   the container images, with buildah (not part of make test)
 #   make demo    deps + build + an end-to-end run against the local S3
-#   make bench   deps + build + raw S3 beside boto3 + cold mount of 100k files
+#   make bench   deps + build + every issue-6 workload on tierfs, rclone, s3fs,
+#                the local disk and raw S3 (bench/results/bench.{txt,json,png})
 #   make check   clang-format and cppcheck
 #   make clean
 

@@ -11,7 +11,8 @@
    it serves, and until `tierfs unmount` says everything is in S3.
 
 Needs the local S3 (`eval "$(hack/s3-local.sh env)"`) and a bucket
-(argv[1], created if missing). Prints one line per figure.
+(argv[1], created if missing). Prints one line per figure. `make bench`
+(tests/bench/harness.py) imports it and puts the figures in its table.
 """
 
 import os
@@ -71,6 +72,8 @@ def stall_per_restart(bucket, work):
     print(f"stall per worker restart: median {statistics.median(stalls) * 1000:.0f} ms, "
           f"max {max(stalls) * 1000:.0f} ms over {KILLS} kills "
           f"(the loop's usual gap: {usual * 1000:.2f} ms)", flush=True)
+    return {"median_ms": statistics.median(stalls) * 1000,
+            "max_ms": max(stalls) * 1000, "usual_gap_ms": usual * 1000}
 
 
 def recovery_with_1gib_dirty(bucket, work):
@@ -100,6 +103,7 @@ def recovery_with_1gib_dirty(bucket, work):
     assert size == 1 << 30, size
     print(f"recovery after kill -9 with 1 GiB dirty: serving again in "
           f"{serving:.2f} s, all 1 GiB in S3 after {in_s3:.1f} s", flush=True)
+    return {"serving_s": serving, "in_s3_s": in_s3}
 
 
 def main():

@@ -33,6 +33,9 @@ PACKAGES=(
 	golang-go golang-github-masterminds-sprig-dev
 	# the rest of the packaging checks: YAML, and jq for the fio Job
 	python3-yaml jq
+	# make bench: its chart (bench/results/bench.png), and perf to profile
+	# the daemon where it misses a bar
+	gnuplot-nox linux-perf
 )
 
 # `kubectl kustomize` for deploy/: Debian's kubernetes-client, unless a
