@@ -40,6 +40,10 @@ PY
 }
 trap cleanup EXIT
 
+# mount_fresh PREFIX: an empty cache dir on PREFIX (each setup of a
+# writing workload takes a new PREFIX: what an earlier setup left in S3
+# would otherwise be read back cold)
+N=0
 mount_fresh() {
 	build/tierfs unmount "$OUT/mnt" --cache-dir "$OUT/cache" >/dev/null 2>&1 || true
 	rm -rf "$OUT/cache"
@@ -52,7 +56,8 @@ mount_fresh() {
 case $W in
 fio)
 	setup() {
-		mount_fresh "$PREFIX"
+		N=$((N + 1))
+		mount_fresh "$PREFIX/$N"
 		fio --name=randrw --directory="$OUT/mnt" --rw=randrw --bs=4k --direct=1 \
 			--ioengine=libaio --iodepth=64 --numjobs=2 --size=64m \
 			--create_only=1 >/dev/null
@@ -65,11 +70,11 @@ fio)
 	}
 	;;
 create)
-	setup() { mount_fresh "$PREFIX"; }
+	setup() { N=$((N + 1)); mount_fresh "$PREFIX/$N"; }
 	run() { $OPS meta "$OUT/mnt/m$RANDOM" 10000 15; }
 	;;
 sqlite-delete | sqlite-wal)
-	setup() { mount_fresh "$PREFIX"; }
+	setup() { N=$((N + 1)); mount_fresh "$PREFIX/$N"; }
 	run() { $OPS sqlite "$OUT/mnt/db$RANDOM.sqlite" "${W#sqlite-}" 8 100000; }
 	;;
 grail)
@@ -83,9 +88,10 @@ grail)
 	;;
 coldread)
 	setup() {
-		mount_fresh "$PREFIX"
+		N=$((N + 1))
+		mount_fresh "$PREFIX/$N"
 		$OPS write "$OUT/mnt/c" 8 64 >/dev/null
-		mount_fresh "$PREFIX"
+		mount_fresh "$PREFIX/$N"
 	}
 	run() { $OPS read "$OUT/mnt/c" 8 64; }
 	;;
