@@ -26,7 +26,7 @@ CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wpointer-arith \
 	-Wstrict-prototypes -Wmissing-prototypes -Wno-missing-field-initializers \
 	-D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -pthread -g \
 	$(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-CFLAGS   ?= -O2
+CFLAGS   ?= -O2 -DNDEBUG
 CFLAGS   += $(CFLAGS_BASE)
 LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
