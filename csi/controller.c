@@ -177,10 +177,13 @@ static void snap_make(const char *bucket, const char *name, struct snap_ref *r,
 		r->key[o] = '\0';
 	}
 	snap_fill_dir(r);
-	int n = snprintf(id, CSI_VOLUME_ID_MAX + 1, "%s/%s/%s", bucket,
+	char full[CSI_BUCKET_MAX + sizeof(CSI_SNAPSHOT_DIR) + sizeof(r->key) +
+		  2];
+	int n = snprintf(full, sizeof(full), "%s/%s/%s", bucket,
 			 CSI_SNAPSHOT_DIR, r->key);
 	assert(n > 0 && n <= CSI_VOLUME_ID_MAX); /* room was kept above */
 	(void)n;
+	snprintf(id, CSI_VOLUME_ID_MAX + 1, "%.*s", CSI_VOLUME_ID_MAX, full);
 }
 
 static grpc_status_code snap_ref_parse(const char *field, const char *id,
