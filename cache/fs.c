@@ -49,6 +49,13 @@ struct timespec fs_now_real(void)
 	return ts;
 }
 
+void fs_debug_pause(const char *env)
+{
+	const char *ms = getenv(env);
+	if (ms)
+		usleep((useconds_t)strtoul(ms, NULL, 10) * 1000);
+}
+
 void fs_log(const char *fmt, ...)
 {
 	va_list ap;
@@ -636,16 +643,6 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 	return rc;
 }
 
-/* Fault injection for tests: TIERFS_DEBUG_UPLOAD_PAUSE_MS holds an upload
- * between reading a name and writing its key, the window in which an
- * unlink or rename of that name must still win. */
-static void debug_upload_pause(void)
-{
-	const char *ms = getenv("TIERFS_DEBUG_UPLOAD_PAUSE_MS");
-	if (ms)
-		usleep((useconds_t)strtoul(ms, NULL, 10) * 1000);
-}
-
 /* Every further name of a hard-linked file is an object too: copies of
  * the first name's object, made server-side. */
 static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
@@ -660,7 +657,9 @@ static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
 		if (!rc)
 			rc = layout_key(fs->prefix, path, 0, &key);
 		if (!rc) {
-			debug_upload_pause();
+			/* an unlink or rename of the name read must still win
+			 */
+			fs_debug_pause("TIERFS_DEBUG_UPLOAD_PAUSE_MS");
 			rc = meta_outbox_cancel_for(fs->meta, key, ino, n,
 						    path);
 		}
@@ -735,7 +734,8 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 		goto out;
 	struct s3_put_opts o = {h.content_type, h.meta, h.nmeta};
 	fs_touch(fs, key, 0);
-	debug_upload_pause();
+	/* an unlink or rename of the name read must still win */
+	fs_debug_pause("TIERFS_DEBUG_UPLOAD_PAUSE_MS");
 	/* a deletion still queued for this key would destroy what we write;
 	 * but if the name went since we read it, its deletion stands and
 	 * nothing is written there (a new name uploads on its own) */
@@ -1464,15 +1464,6 @@ struct move {
 	int rc;
 };
 
-/* Fault injection for tests: TIERFS_DEBUG_RENAME_COPIED_PAUSE_MS holds a
- * rename between its copies in S3 and its commit in the store. */
-static void debug_rename_copied_pause(void)
-{
-	const char *ms = getenv("TIERFS_DEBUG_RENAME_COPIED_PAUSE_MS");
-	if (ms)
-		usleep((useconds_t)strtoul(ms, NULL, 10) * 1000);
-}
-
 static int copy_page(void *ctx, const struct s3_list_page *p)
 {
 	struct move *m = ctx;
@@ -1727,20 +1718,19 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		.made = old_key ? (const char *const *)&new_key
 				: (const char *const *)m.made,
 		.nmade = old_key ? (m.dest_exists ? 0 : 1) : m.ndone};
-	if (!rc)
-		debug_rename_copied_pause();
-	if (!rc)
+	if (!rc) {
+		/* copied, not yet committed */
+		fs_debug_pause("TIERFS_DEBUG_RENAME_COPIED_PAUSE_MS");
 		rc = meta_rename_queue(fs->meta, parent, name, newparent,
 				       newname, flags, &k, &replaced);
+	}
 	if (!rc) {
 		mark_dirty(fs, parent, META_DIRTY_ATTR);
 		if (newparent != parent)
 			mark_dirty(fs, newparent, META_DIRTY_ATTR);
-		/* fault injection for tests: widen the window in which S3
-		 * still lists the old names the store no longer has */
-		const char *pause = getenv("TIERFS_DEBUG_RENAME_PAUSE_MS");
-		if (pause)
-			usleep((useconds_t)strtoul(pause, NULL, 10) * 1000);
+		/* widen the window in which S3 still lists the old names
+		 * the store no longer has */
+		fs_debug_pause("TIERFS_DEBUG_RENAME_PAUSE_MS");
 		drain_outbox(fs);
 		if (S_ISREG(a.mode))
 			mark_dirty(fs, a.ino, META_DIRTY_NAME);

@@ -771,10 +771,9 @@ static int run_pass(struct rec *r)
 	if (!r->initial)
 		fs_touch_begin(fs);
 	int rc = listing_load(fs, &r->l);
-	/* fault injection for tests: a listing that ages before it is used */
-	const char *pause = getenv("TIERFS_DEBUG_RECONCILE_PAUSE_MS");
-	if (!rc && !r->initial && pause)
-		usleep((useconds_t)strtoul(pause, NULL, 10) * 1000);
+	/* a listing that ages before it is used */
+	if (!rc && !r->initial)
+		fs_debug_pause("TIERFS_DEBUG_RECONCILE_PAUSE_MS");
 	if (!rc)
 		rc = take_listing(r);
 	if (!rc && !r->initial)
