@@ -223,6 +223,27 @@ static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Reads len bytes at off; past the file's end the rest is zeros. */
+static int pread_zeros(int fd, void *buf, size_t len, uint64_t off)
+{
+	char *p = buf;
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0) {
+			memset(p, 0, len);
+			return 0;
+		}
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
 static int write_full(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
@@ -250,23 +271,7 @@ static int copy_slow(int in, uint64_t in_off, int out, uint64_t out_off,
 		return -ENOMEM;
 	while (len && rc == 0) {
 		size_t want = (size_t)min_u64(len, DATA_COPY_CHUNK);
-		size_t got = 0;
-		while (got < want) {
-			ssize_t n = pread(in, chunk + got, want - got,
-					  (off_t)(in_off + got));
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				rc = -errno;
-				break;
-			}
-			if (n == 0) { /* source's end: the rest is zeros */
-				memset(chunk + got, 0, want - got);
-				got = want;
-				break;
-			}
-			got += (size_t)n;
-		}
+		rc = pread_zeros(in, chunk, want, in_off);
 		if (rc == 0)
 			rc = pwrite_full(out, chunk, want, out_off);
 		in_off += want;
@@ -1310,17 +1315,8 @@ static ssize_t read_through(struct data_file *f, void *buf, size_t len,
 	int rc = ftruncate(mfd, (off_t)(off + len)) ? -errno : 0;
 	if (!rc)
 		rc = data_compose(f, mfd, off, len);
-	size_t got = 0;
-	while (!rc && got < len) {
-		ssize_t n = pread(mfd, (char *)buf + got, len - got,
-				  (off_t)(off + got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			rc = n < 0 ? -errno : -EIO;
-		else
-			got += (size_t)n;
-	}
+	if (!rc)
+		rc = pread_zeros(mfd, buf, len, off);
 	(void)close(mfd);
 	return rc ? rc : (ssize_t)len;
 }
@@ -1356,21 +1352,10 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 
 	/* [off, end) is present; no fetch writes there any more, and a racing
 	 * write or truncate may show through as POSIX allows. */
-	size_t want = off < end ? (size_t)(end - off) : 0, got = 0;
-	while (got < want) {
-		ssize_t n = pread(f->fd, (char *)buf + got, want - got,
-				  (off_t)(off + got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0) { /* cut by a racing truncate */
-			memset((char *)buf + got, 0, want - got);
-			break;
-		}
-		got += (size_t)n;
-	}
-	return (ssize_t)want;
+	/* a racing truncate that cuts the file reads as zeros */
+	size_t want = off < end ? (size_t)(end - off) : 0;
+	rc = pread_zeros(f->fd, buf, want, off);
+	return rc ? rc : (ssize_t)want;
 }
 
 /* -ENOSPC when writing len more bytes would eat into the reserve; urgent
