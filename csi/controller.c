@@ -617,13 +617,52 @@ static Csi__V1__Volume *volume_msg(const char *id, const char *marker)
 /* --- S3 objects of a volume ------------------------------------------------
  */
 
-/* GETs a volume's marker: 0, -ENOENT, or another -errno. */
-static int marker_read(s3_client *c, const struct csi_volume_ref *v, char *buf,
-		       struct s3_error *e)
+/* GETs the marker at v's prefix, whichever volume wrote it: 0, -ENOENT,
+ * or another -errno. */
+static int marker_get(s3_client *c, const struct csi_volume_ref *v, char *buf,
+		      struct s3_error *e)
 {
 	char key[KEY_MAX];
 	rel_key(key, v->prefix, MARKER_REL);
 	return csi_s3_get_text(c, v->bucket, key, buf, TEXT_MAX, e);
+}
+
+/* The marker's generation into v->gen ("" when it has none, or a bad one,
+ * which no id can name). */
+static void gen_from_marker(struct csi_volume_ref *v, const char *marker)
+{
+	char g[32];
+	struct csi_volume_ref probe = *v;
+	v->gen[0] = '\0';
+	if (csi_kv_get(marker, "generation", g, sizeof(g)) != 0 ||
+	    strlen(g) != CSI_GEN_HEX)
+		return;
+	memcpy(probe.gen, g, CSI_GEN_HEX + 1);
+	char id[CSI_VOLUME_ID_MAX + 1], why[8];
+	if (csi_volume_id(&probe, id) == 0 &&
+	    csi_volume_parse(id, &probe, why, sizeof(why)) == 0)
+		memcpy(v->gen, g, CSI_GEN_HEX + 1);
+}
+
+/* Whether the marker is the one of the volume v names (its generation). */
+static int marker_is_of(const struct csi_volume_ref *v, const char *marker)
+{
+	char g[32];
+	if (csi_kv_get(marker, "generation", g, sizeof(g)) != 0)
+		g[0] = '\0';
+	return csi_volume_gen_matches(v, g);
+}
+
+/* GETs the marker of the volume v names: 0; -ENOENT when there is none,
+ * or when it is another volume's (a generation other than v's: the volume
+ * was deleted and one made again at its prefix); or another -errno. */
+static int marker_read(s3_client *c, const struct csi_volume_ref *v, char *buf,
+		       struct s3_error *e)
+{
+	int rc = marker_get(c, v, buf, e);
+	if (rc == 0 && !marker_is_of(v, buf))
+		rc = -ENOENT;
+	return rc;
 }
 
 struct lease_view {
@@ -749,20 +788,21 @@ static int copy_tree(s3_client *c, const char *sb, const char *src_prefix,
  */
 
 static void marker_build(char *out, size_t len, const char *name, int64_t cap,
-			 const char *prefix, const struct vparams *vp,
-			 const char *source)
+			 const struct csi_volume_ref *v,
+			 const struct vparams *vp, const char *source)
 {
 	size_t o = (size_t)snprintf(out, len,
 				    "format=" MARKER_FORMAT "\nname=%s\n"
-				    "capacity=%" PRId64 "\nprefix=%s\n",
-				    name, cap, prefix);
+				    "generation=%s\ncapacity=%" PRId64
+				    "\nprefix=%s\n",
+				    name, v->gen, cap, v->prefix);
 	for (size_t i = 0; i < N_OPTIONS && o < len; i++) {
-		const char *v = vp_get(vp, options[i].off);
-		if (!v && strcmp(options[i].key, "onDelete") == 0)
-			v = "delete";
-		if (v)
+		const char *val = vp_get(vp, options[i].off);
+		if (!val && strcmp(options[i].key, "onDelete") == 0)
+			val = "delete";
+		if (val)
 			o += (size_t)snprintf(out + o, len - o, "%s=%s\n",
-					      options[i].key, v);
+					      options[i].key, val);
 	}
 	if (source && o < len)
 		o += (size_t)snprintf(out + o, len - o, "source=%s\n", source);
@@ -865,9 +905,10 @@ static grpc_status_code create_volume(void *ctx, const ProtobufCMessage *req,
 		return st;
 	struct csi_volume_ref v;
 	char id[CSI_VOLUME_ID_MAX + 1];
-	if (csi_volume_make(vp.bucket, prefix, &v, id, why, sizeof(why)) != 0)
+	if (csi_volume_make(vp.bucket, prefix, &v, why, sizeof(why)) != 0)
 		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
 				  "parameters.prefix: %s", why);
+	csi_volume_id(&v, id); /* without its generation, for messages */
 
 	s3_client *c;
 	st = csi_s3_from_secrets(p, vp.endpoint, vp.region, CSI_MAP(r, secrets),
@@ -887,8 +928,10 @@ static grpc_status_code create_volume(void *ctx, const ProtobufCMessage *req,
 		st = csi_s3_status(rc, &e, err, "parameters.bucket");
 		goto out;
 	}
-	rc = marker_read(c, &v, marker, &e);
+	rc = marker_get(c, &v, marker, &e);
 	if (rc == 0) {
+		gen_from_marker(&v, marker);
+		(void)csi_volume_id(&v, id);
 		const char *diff = marker_mismatch(
 			marker, r->name, r->capacity_range, &vp, source);
 		if (diff) {
@@ -938,8 +981,12 @@ static grpc_status_code create_volume(void *ctx, const ProtobufCMessage *req,
 				goto out;
 			}
 		}
-		marker_build(marker, TEXT_MAX, r->name, cap, v.prefix, &vp,
-			     source);
+		if (csi_volume_gen(v.gen) != 0) {
+			st = csi_errorf(err, GRPC_STATUS_INTERNAL,
+					"no random bytes for a generation");
+			goto out;
+		}
+		marker_build(marker, TEXT_MAX, r->name, cap, &v, &vp, source);
 		char key[KEY_MAX];
 		rel_key(key, v.prefix, MARKER_REL);
 		rc = csi_s3_put_text(c, v.bucket, key, marker, &e);
@@ -951,6 +998,7 @@ static grpc_status_code create_volume(void *ctx, const ProtobufCMessage *req,
 	}
 	Csi__V1__CreateVolumeResponse *out = csi_calloc(1, sizeof(*out));
 	csi__v1__create_volume_response__init(out);
+	csi_volume_id(&v, id);
 	out->volume = volume_msg(id, marker);
 	*resp = &out->base;
 	st = GRPC_STATUS_OK;
@@ -1308,7 +1356,7 @@ static grpc_status_code list_volumes(void *ctx, const ProtobufCMessage *req,
 		char why[128];
 		if (csi_volume_parse(ids.v[i].key, &v, why, sizeof(why)))
 			continue;
-		int rc = marker_read(c, &v, marker, &e);
+		int rc = marker_get(c, &v, marker, &e);
 		if (rc == -ENOENT)
 			continue; /* deleted since the listing */
 		if (rc) {
@@ -1320,7 +1368,11 @@ static grpc_status_code list_volumes(void *ctx, const ProtobufCMessage *req,
 		Csi__V1__ListVolumesResponse__Entry *en =
 			csi_calloc(1, sizeof(*en));
 		csi__v1__list_volumes_response__entry__init(en);
-		en->volume = volume_msg(ids.v[i].key, marker);
+		char id[CSI_VOLUME_ID_MAX + 1];
+		gen_from_marker(&v, marker);
+		if (csi_volume_id(&v, id) != 0)
+			continue;
+		en->volume = volume_msg(id, marker);
 		out->entries[out->n_entries++] = en;
 	}
 	free(marker);
@@ -1607,9 +1659,17 @@ static grpc_status_code unpublish(void *ctx, const ProtobufCMessage *req,
 			return st;
 		struct s3_error e = {0};
 		struct lease_view lv;
-		int rc = lease_read(c, &v, &lv, &e);
+		char *marker = csi_calloc(1, TEXT_MAX);
+		int rc = marker_get(c, &v, marker, &e);
+		/* another volume at the prefix now: this one is unpublished */
+		int gone = rc == 0 && !marker_is_of(&v, marker);
+		free(marker);
+		if (rc == -ENOENT || gone)
+			rc = 0;
+		if (!rc)
+			rc = lease_read(c, &v, &lv, &e);
 		/* an empty node_id: unpublish from every node */
-		if (rc == 0 && lv.present &&
+		if (rc == 0 && !gone && lv.present &&
 		    (!*r->node_id || strcmp(lv.host, r->node_id) == 0)) {
 			char key[KEY_MAX];
 			rel_key(key, v.prefix, LEASE_REL);

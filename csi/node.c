@@ -357,17 +357,19 @@ static grpc_status_code mount_failed(int rc, const char *out,
 /* ---- NodeStageVolume ------------------------------------------------------
  */
 
-/* The quota: PREFIX/.tierfs/volume's capacity (the controller updates it
- * on expansion), else the volume context's. 0: none. */
-static uint64_t stage_capacity(const struct csi_plugin *p,
-			       const struct csi_volume_ref *ref,
-			       const char *endpoint, const char *region,
-			       const char *ak, const char *sk, const char *tok,
-			       const char *ctx_capacity)
+/* The quota into *cap: PREFIX/.tierfs/volume's capacity (the controller
+ * updates it on expansion), else the volume context's; 0: none. -ESTALE
+ * when that marker is another volume's (the id's volume was deleted and
+ * one made again at its prefix, see volume.h), else 0. */
+static int stage_capacity(const struct csi_plugin *p,
+			  const struct csi_volume_ref *ref,
+			  const char *endpoint, const char *region,
+			  const char *ak, const char *sk, const char *tok,
+			  const char *ctx_capacity, uint64_t *cap)
 {
-	uint64_t cap = 0;
+	*cap = 0;
 	if (ctx_capacity)
-		cap = strtoull(ctx_capacity, NULL, 10);
+		*cap = strtoull(ctx_capacity, NULL, 10);
 	struct s3_config cfg;
 	s3_config_init(&cfg);
 	s3_config_from_env(&cfg);
@@ -385,7 +387,7 @@ static uint64_t stage_capacity(const struct csi_plugin *p,
 	char why[128], key[CSI_VOLUME_ID_MAX + 32], body[NODE_MARKER_MAX + 1];
 	if (s3_config_validate(&cfg, why, sizeof(why)) ||
 	    s3_client_create(&cfg, &creds, &c) != 0)
-		return cap;
+		return 0;
 	snprintf(key, sizeof(key), "%s/.tierfs/volume", ref->prefix);
 	struct s3_error e;
 	ssize_t n = s3_get_buf(c, ref->bucket, key, 0, S3_TO_END, body,
@@ -397,14 +399,17 @@ static uint64_t stage_capacity(const struct csi_plugin *p,
 				"tierfs-csi: reading s3://%s/%s: %s; the quota "
 				"is the volume context's\n",
 				ref->bucket, key, e.code);
-		return cap;
+		return 0;
 	}
 	body[n] = '\0';
 	char v[32];
+	csi_field(body, "generation", v, sizeof(v));
+	if (!csi_volume_gen_matches(ref, v))
+		return -ESTALE;
 	csi_field(body, "capacity", v, sizeof(v));
 	if (all_digits(v, 20))
-		cap = strtoull(v, NULL, 10);
-	return cap;
+		*cap = strtoull(v, NULL, 10);
+	return 0;
 }
 
 /* Checks the volume context (each key optional) so that nothing bad
@@ -589,6 +594,17 @@ static grpc_status_code stage(void *ctx, const ProtobufCMessage *req,
 		goto out;
 	}
 
+	const char *endpoint = MAP_GET(r, volume_context, "endpoint");
+	const char *region = MAP_GET(r, volume_context, "region");
+	uint64_t cap;
+	if (stage_capacity(p, &ref, endpoint, region, ak, sk, tok,
+			   MAP_GET(r, volume_context, "capacity"), &cap) != 0) {
+		code = csi_errorf(err, GRPC_STATUS_NOT_FOUND,
+				  "volume_id: the volume was deleted; its "
+				  "prefix holds a volume made since");
+		goto out;
+	}
+
 	rc = csi_mkdir_p(s->dir, 0700);
 	if (!rc)
 		rc = csi_write_credentials(s->dir, ak, sk, tok);
@@ -598,10 +614,6 @@ static grpc_status_code stage(void *ctx, const ProtobufCMessage *req,
 				  strerror(-rc));
 		goto out;
 	}
-	const char *endpoint = MAP_GET(r, volume_context, "endpoint");
-	const char *region = MAP_GET(r, volume_context, "region");
-	uint64_t cap = stage_capacity(p, &ref, endpoint, region, ak, sk, tok,
-				      MAP_GET(r, volume_context, "capacity"));
 
 	char url[CSI_BUCKET_MAX + CSI_VOLUME_ID_MAX + 8], path[PATH_MAX + 16],
 		num[32];

@@ -5,6 +5,7 @@
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define HASH_HEX 12 /* of the SHA-256 that ends a shortened prefix */
 
@@ -56,6 +57,8 @@ int csi_prefix_check(const char *prefix, char *why, size_t len)
 				    "prefix may not hold control bytes%s", "");
 		if (c == '\\')
 			return fail(why, len, "prefix may not hold '\\'%s", "");
+		if (c == '#') /* it starts an id's generation */
+			return fail(why, len, "prefix may not hold '#'%s", "");
 	}
 	for (const char *seg = prefix; seg; seg = strchr(seg, '/')) {
 		if (*seg == '/')
@@ -81,6 +84,16 @@ int csi_prefix_check(const char *prefix, char *why, size_t len)
 	return 0;
 }
 
+static int gen_ok(const char *g)
+{
+	if (strlen(g) != CSI_GEN_HEX)
+		return 0;
+	for (; *g; g++)
+		if (!((*g >= '0' && *g <= '9') || (*g >= 'a' && *g <= 'f')))
+			return 0;
+	return 1;
+}
+
 int csi_volume_parse(const char *id, struct csi_volume_ref *out, char *why,
 		     size_t len)
 {
@@ -93,31 +106,42 @@ int csi_volume_parse(const char *id, struct csi_volume_ref *out, char *why,
 	const char *slash = strchr(id, '/');
 	if (!slash || (size_t)(slash - id) > CSI_BUCKET_MAX)
 		return fail(why, len,
-			    "volume id is not BUCKET/PREFIX (a tierfs volume "
-			    "id)%s",
+			    "volume id is not BUCKET/PREFIX#GEN (a tierfs "
+			    "volume id)%s",
 			    "");
 	memcpy(out->bucket, id, (size_t)(slash - id));
 	out->bucket[slash - id] = '\0';
 	int rc = csi_bucket_check(out->bucket, why, len);
 	if (rc)
 		return rc;
-	snprintf(out->prefix, sizeof(out->prefix), "%s", slash + 1);
+	const char *hash = strchr(slash + 1, '#');
+	size_t pl = hash ? (size_t)(hash - slash - 1) : strlen(slash + 1);
+	memcpy(out->prefix, slash + 1, pl); /* pl < n <= the id's max */
+	out->prefix[pl] = '\0';
+	out->gen[0] = '\0';
+	if (hash) {
+		if (!gen_ok(hash + 1))
+			return fail(why, len,
+				    "volume id's generation (after '#') must "
+				    "be %s lower-case hex digits",
+				    "8");
+		memcpy(out->gen, hash + 1, CSI_GEN_HEX + 1);
+	}
 	return csi_prefix_check(out->prefix, why, len);
 }
 
 int csi_volume_make(const char *bucket, const char *prefix,
-		    struct csi_volume_ref *out, char id[CSI_VOLUME_ID_MAX + 1],
-		    char *why, size_t len)
+		    struct csi_volume_ref *out, char *why, size_t len)
 {
 	int rc = csi_bucket_check(bucket, why, len);
 	if (rc)
 		return rc;
 	size_t bl = strlen(bucket), pl = strlen(prefix);
-	size_t room = CSI_VOLUME_ID_MAX - bl - 1; /* for the prefix */
+	/* for the prefix: the id less "BUCKET/" and "#GEN" */
+	size_t room = CSI_VOLUME_ID_MAX - bl - 1 - 1 - CSI_GEN_HEX;
 	snprintf(out->bucket, sizeof(out->bucket), "%s", bucket);
+	out->gen[0] = '\0';
 	if (pl <= room) {
-		if (pl >= sizeof(out->prefix))
-			return fail(why, len, "prefix is too long%s", "");
 		memcpy(out->prefix, prefix, pl + 1);
 	} else {
 		unsigned char md[SHA256_DIGEST_LENGTH];
@@ -133,14 +157,42 @@ int csi_volume_make(const char *bucket, const char *prefix,
 			snprintf(out->prefix + keep + 1 + 2 * i, 3, "%02x",
 				 md[i]);
 	}
-	rc = csi_prefix_check(out->prefix, why, len);
-	if (rc)
-		return rc;
-	size_t ol = strlen(out->prefix);
-	if (bl + 1 + ol > CSI_VOLUME_ID_MAX) /* cannot happen: room above */
-		return fail(why, len, "volume id is too long%s", "");
-	memcpy(id, out->bucket, bl);
+	return csi_prefix_check(out->prefix, why, len);
+}
+
+int csi_volume_id(const struct csi_volume_ref *v,
+		  char id[CSI_VOLUME_ID_MAX + 1])
+{
+	size_t bl = strlen(v->bucket), pl = strlen(v->prefix),
+	       gl = strlen(v->gen);
+	id[0] = '\0';
+	if (bl + 1 + pl + (gl ? 1 + gl : 0) > CSI_VOLUME_ID_MAX)
+		return -ENAMETOOLONG;
+	memcpy(id, v->bucket, bl);
 	id[bl] = '/';
-	memcpy(id + bl + 1, out->prefix, ol + 1);
+	memcpy(id + bl + 1, v->prefix, pl);
+	char *o = id + bl + 1 + pl;
+	if (gl) {
+		*o++ = '#';
+		memcpy(o, v->gen, gl);
+		o += gl;
+	}
+	*o = '\0';
 	return 0;
+}
+
+int csi_volume_gen(char gen[CSI_GEN_HEX + 1])
+{
+	unsigned char r[CSI_GEN_HEX / 2];
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		return -EIO;
+	for (size_t i = 0; i < sizeof(r); i++)
+		snprintf(gen + 2 * i, 3, "%02x", r[i]);
+	return 0;
+}
+
+int csi_volume_gen_matches(const struct csi_volume_ref *v,
+			   const char *marker_gen)
+{
+	return !v->gen[0] || strcmp(v->gen, marker_gen ? marker_gen : "") == 0;
 }

@@ -146,7 +146,7 @@ def main():
 
     step("what landed in S3")
     s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-    bucket_name, prefix = vol.volume_id.split("/", 1)
+    bucket_name, prefix = vol.volume_id.split("#")[0].split("/", 1)
     pages = s3.get_paginator("list_objects_v2").paginate(
         Bucket=bucket_name, Prefix=prefix + "/")
     keys = [(o["Key"], o["Size"]) for pg in pages for o in pg.get("Contents", [])]

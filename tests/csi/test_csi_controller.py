@@ -55,6 +55,12 @@ def kv(text):
     return dict(line.split("=", 1) for line in text.splitlines() if line)
 
 
+def id_of(bucket, prefix):
+    """A pattern for the id of the volume at bucket/prefix, whatever its
+    generation."""
+    return re.compile(re.escape(f"{bucket}/{prefix}") + r"#[0-9a-f]{8}")
+
+
 def cap(pb, mode=1, block=False):
     c = pb.VolumeCapability(access_mode=pb.VolumeCapability.AccessMode(mode=mode))
     if block:
@@ -87,7 +93,7 @@ def test_create_writes_the_marker_and_answers_the_node_context(ctl, s3, bucket):
               "durability": "local", "cacheSize": "20Gi", "uid": "1000",
               "gid": "100", "mode": "0770", "onDelete": "delete"}
     vol = create(p, bucket, params=params)
-    assert vol.volume_id == f"{bucket}/jhub/claim-alice"
+    assert id_of(bucket, "jhub/claim-alice").fullmatch(vol.volume_id)
     assert vol.capacity_bytes == 10 * GiB
     ctx = dict(vol.volume_context)
     assert ctx == {"durability": "local", "cacheSize": "20Gi", "uid": "1000",
@@ -95,6 +101,7 @@ def test_create_writes_the_marker_and_answers_the_node_context(ctl, s3, bucket):
     m = kv(body(s3, bucket, "jhub/claim-alice/.tierfs/volume"))
     assert m["capacity"] == str(10 * GiB)
     assert m["name"] == "pvc-1" and m["onDelete"] == "delete"
+    assert vol.volume_id.endswith("#" + m["generation"])
     assert m["cacheSize"] == "20Gi" and m["mode"] == "0770"
     assert abs(int(m["created"]) - time.time()) < 60
 
@@ -107,11 +114,11 @@ def test_prefix_template_and_default_capacity(ctl, s3, bucket):
                              "csi.storage.k8s.io/pv/name": "pvc-9"})
     req.ClearField("capacity_range")
     vol = p.CreateVolume(req, timeout=30).volume
-    assert vol.volume_id == f"{bucket}/homes/pvc-9"
+    assert id_of(bucket, "homes/pvc-9").fullmatch(vol.volume_id)
     assert vol.capacity_bytes == GiB
     # no pvc params, no template: the name is the prefix
     vol = create(p, bucket, name="pvc-plain")
-    assert vol.volume_id == f"{bucket}/pvc-plain"
+    assert id_of(bucket, "pvc-plain").fullmatch(vol.volume_id)
     assert "pvc-plain/.tierfs/volume" in keys(s3, bucket)
 
 
@@ -141,8 +148,8 @@ def test_long_names_are_shortened_the_same_way_every_time(ctl, s3, bucket):
     b = create(p, bucket, params=params)
     assert a.volume_id == b.volume_id
     assert len(a.volume_id) <= 128
-    assert re.search(r"-[0-9a-f]{12}$", a.volume_id)
-    prefix = a.volume_id.split("/", 1)[1]
+    assert re.search(r"-[0-9a-f]{12}#[0-9a-f]{8}$", a.volume_id)
+    prefix = a.volume_id.split("/", 1)[1].split("#")[0]
     assert f"{prefix}/.tierfs/volume" in keys(s3, bucket)
 
 
@@ -244,7 +251,7 @@ def test_a_storage_class_endpoint_reaches_calls_without_context_via_secret(
     p.DeleteVolume(pb.DeleteVolumeRequest(
         volume_id=vol.volume_id, secrets=dict(secrets(), endpoint=real)),
         timeout=60)
-    assert not any(k.startswith(vol.volume_id.split("/", 1)[1] + "/")
+    assert not any(k.startswith(vol.volume_id.split("/", 1)[1].split("#")[0] + "/")
                    for k in keys(s3, bucket))
 
 
@@ -274,6 +281,56 @@ def test_delete_removes_every_object_and_is_idempotent(ctl, s3, bucket):
         assert keys(s3, bucket) == {"pvc-del-other/keep"}
 
 
+def test_a_late_delete_of_a_deleted_volume_spares_one_made_again(ctl, s3,
+                                                                  bucket):
+    """A PVC deleted and made again under the same name renders the same
+    prefix. DeleteVolume retried for the old volume (its first call timed
+    out at the provisioner, say) must not delete the new one's data."""
+    p = ctl.plugin
+    pb = p.pb2
+    claim = {"csi.storage.k8s.io/pvc/namespace": "jhub",
+             "csi.storage.k8s.io/pvc/name": "claim-bob"}
+    old = create(p, bucket, name="pvc-old", params=claim)
+    p.DeleteVolume(pb.DeleteVolumeRequest(volume_id=old.volume_id,
+                                          secrets=secrets()), timeout=30)
+    new = create(p, bucket, name="pvc-new", params=claim)
+    assert new.volume_id != old.volume_id
+    s3.put_object(Bucket=bucket, Key="jhub/claim-bob/thesis.tex", Body=b"x")
+    p.DeleteVolume(pb.DeleteVolumeRequest(volume_id=old.volume_id,
+                                          secrets=secrets()), timeout=30)
+    assert keys(s3, bucket) == {"jhub/claim-bob/thesis.tex",
+                                "jhub/claim-bob/.tierfs/volume"}
+    # the old id names no volume now, in every call that reads one
+    for call, req in (
+            (p.ValidateVolumeCapabilities,
+             pb.ValidateVolumeCapabilitiesRequest(
+                 volume_id=old.volume_id, secrets=secrets(),
+                 volume_capabilities=[cap(pb)])),
+            (p.ControllerExpandVolume, pb.ControllerExpandVolumeRequest(
+                volume_id=old.volume_id, secrets=secrets(),
+                capacity_range=pb.CapacityRange(required_bytes=20 * GiB))),
+            (p.ControllerPublishVolume, pb.ControllerPublishVolumeRequest(
+                volume_id=old.volume_id, node_id="node-a", secrets=secrets(),
+                volume_capability=cap(pb))),
+            (p.CreateSnapshot, pb.CreateSnapshotRequest(
+                source_volume_id=old.volume_id, name="snap-old",
+                secrets=secrets()))):
+        code, details = status_of(call, req, timeout=30)
+        assert code == grpc.StatusCode.NOT_FOUND, (call, details)
+    # a late unpublish of the old volume leaves the new one's grant
+    p.ControllerPublishVolume(pb.ControllerPublishVolumeRequest(
+        volume_id=new.volume_id, node_id="node-a", secrets=secrets(),
+        volume_capability=cap(pb)), timeout=30)
+    p.ControllerUnpublishVolume(pb.ControllerUnpublishVolumeRequest(
+        volume_id=old.volume_id, node_id="node-a", secrets=secrets()),
+        timeout=30)
+    assert "jhub/claim-bob/.tierfs/lease" in keys(s3, bucket)
+    # and the listing names the new volume by its own id
+    listed = [e.volume.volume_id for e in p.ListVolumes(
+        pb.ListVolumesRequest(), timeout=30).entries]
+    assert listed == [new.volume_id]
+
+
 def test_delete_with_retain_keeps_the_data(ctl, s3, bucket):
     p = ctl.plugin
     pb = p.pb2
@@ -292,7 +349,8 @@ def test_delete_with_retain_keeps_the_data(ctl, s3, bucket):
 
 @pytest.mark.parametrize("vid,want", [
     ("", INVALID), ("bkt/a/../b", INVALID), ("x" * 129, INVALID),
-    ("bkt/.tierfs/x", INVALID), ("fake-vol-id-123", OK),
+    ("bkt/.tierfs/x", INVALID), ("bkt/x#1234", INVALID),
+    ("bkt/x#../../y", INVALID), ("fake-vol-id-123", OK),
     ("ctl-never-made/pvc", OK)])
 def test_delete_ids(ctl, vid, want):
     p = ctl.plugin

@@ -320,6 +320,25 @@ def test_the_quota_comes_from_the_volume_marker_before_the_context(node, s3):
     ok(n.unstage(vol))
 
 
+def test_staging_a_volume_deleted_and_made_again_is_not_found(node, s3):
+    """An id names one generation of the volume at its prefix (csi/volume.h):
+    once the prefix holds a volume made since, the old id stages nothing,
+    and writes no credentials on the node."""
+    n = node()
+    vol = vol_id("regen")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix_of(vol)}/.tierfs/volume",
+                  Body=b"format=1\ngeneration=0000beef\ncapacity=1024\n")
+    code, detail = n.stage(vol + "#0000dead")
+    assert code == grpc.StatusCode.NOT_FOUND, detail
+    assert "volume_id" in detail
+    assert not n.cache_root.exists() or not any(n.cache_root.rglob("*"))
+    ok(n.stage(vol + "#0000beef"))
+    ok(n.unstage(vol + "#0000beef"))
+    # an id with no generation, as a static PV's, names what is there
+    ok(n.stage(vol))
+    ok(n.unstage(vol))
+
+
 # ---- idempotency ---------------------------------------------------------
 
 

@@ -21,9 +21,48 @@ static void test_an_id_splits_into_bucket_and_prefix(void **state)
 			 0);
 	assert_string_equal(v.bucket, "homes");
 	assert_string_equal(v.prefix, "jhub/claim-alice");
+	assert_string_equal(v.gen, "");
 	assert_int_equal(csi_volume_parse("a.b-c/x y/ü", &v, why, sizeof(why)),
 			 0);
 	assert_string_equal(v.prefix, "x y/ü");
+	assert_int_equal(csi_volume_parse("homes/jhub/claim-alice#3f9a1c0b", &v,
+					  why, sizeof(why)),
+			 0);
+	assert_string_equal(v.prefix, "jhub/claim-alice");
+	assert_string_equal(v.gen, "3f9a1c0b");
+}
+
+static void test_a_generation_names_one_volume_at_a_prefix(void **state)
+{
+	(void)state;
+	struct csi_volume_ref v, legacy;
+	char why[256], id[CSI_VOLUME_ID_MAX + 1];
+	assert_int_equal(csi_volume_parse("homes/jhub/claim-alice#3f9a1c0b", &v,
+					  why, sizeof(why)),
+			 0);
+	assert_true(csi_volume_gen_matches(&v, "3f9a1c0b"));
+	assert_false(csi_volume_gen_matches(&v, "3f9a1c0c"));
+	assert_false(csi_volume_gen_matches(&v, ""));
+	assert_false(csi_volume_gen_matches(&v, NULL));
+	/* an id without one (a static PV's) names whatever is there */
+	assert_int_equal(csi_volume_parse("homes/jhub/claim-alice", &legacy,
+					  why, sizeof(why)),
+			 0);
+	assert_true(csi_volume_gen_matches(&legacy, NULL));
+	assert_true(csi_volume_gen_matches(&legacy, "3f9a1c0b"));
+	csi_volume_id(&v, id);
+	assert_string_equal(id, "homes/jhub/claim-alice#3f9a1c0b");
+	csi_volume_id(&legacy, id);
+	assert_string_equal(id, "homes/jhub/claim-alice");
+	/* fresh ones are hex, and differ */
+	char a[CSI_GEN_HEX + 1], b[CSI_GEN_HEX + 1];
+	assert_int_equal(csi_volume_gen(a), 0);
+	assert_int_equal(csi_volume_gen(b), 0);
+	assert_int_equal(strlen(a), CSI_GEN_HEX);
+	assert_int_equal(strspn(a, "0123456789abcdef"), CSI_GEN_HEX);
+	if (!strcmp(a, b)) /* 1 in 2^32: draw once more */
+		assert_int_equal(csi_volume_gen(b), 0);
+	assert_string_not_equal(a, b);
 }
 
 static void test_bad_ids_are_refused_with_a_reason(void **state)
@@ -49,6 +88,12 @@ static void test_bad_ids_are_refused_with_a_reason(void **state)
 		"homes/.tierfs/lease",	     /* tierfs' own folder */
 		"homes/x/.tierfs",	     /* at any depth */
 		"homes/.tierfs-snapshots/s", /* the snapshots' folder */
+		"homes/a#b/c#0123abcd",	     /* '#' in the prefix */
+		"homes/x#",		     /* an empty generation */
+		"homes/x#0123abc",	     /* 7 digits */
+		"homes/x#0123abcde",	     /* 9 */
+		"homes/x#0123ABCD",	     /* upper case */
+		"homes/x#../../a",	     /* not hex at all */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct csi_volume_ref v;
@@ -80,11 +125,13 @@ static void test_make_keeps_a_short_prefix_as_it_is(void **state)
 	(void)state;
 	struct csi_volume_ref v;
 	char id[CSI_VOLUME_ID_MAX + 1], why[256];
-	assert_int_equal(csi_volume_make("homes", "jhub/claim-bob", &v, id, why,
+	assert_int_equal(csi_volume_make("homes", "jhub/claim-bob", &v, why,
 					 sizeof(why)),
 			 0);
+	csi_volume_id(&v, id);
 	assert_string_equal(id, "homes/jhub/claim-bob");
 	assert_string_equal(v.prefix, "jhub/claim-bob");
+	assert_string_equal(v.gen, "");
 }
 
 static void
@@ -101,12 +148,17 @@ test_make_shortens_a_long_prefix_the_same_way_each_time(void **state)
 	struct csi_volume_ref va, va2, vb;
 	char ida[CSI_VOLUME_ID_MAX + 1], ida2[CSI_VOLUME_ID_MAX + 1],
 		idb[CSI_VOLUME_ID_MAX + 1], why[256];
-	assert_int_equal(
-		csi_volume_make("homes", a, &va, ida, why, sizeof(why)), 0);
-	assert_int_equal(
-		csi_volume_make("homes", a, &va2, ida2, why, sizeof(why)), 0);
-	assert_int_equal(
-		csi_volume_make("homes", b, &vb, idb, why, sizeof(why)), 0);
+	assert_int_equal(csi_volume_make("homes", a, &va, why, sizeof(why)), 0);
+	assert_int_equal(csi_volume_make("homes", a, &va2, why, sizeof(why)),
+			 0);
+	assert_int_equal(csi_volume_make("homes", b, &vb, why, sizeof(why)), 0);
+	/* with its generation, the id is exactly as long as ids may be */
+	memcpy(va.gen, "0123abcd", CSI_GEN_HEX + 1);
+	memcpy(va2.gen, "0123abcd", CSI_GEN_HEX + 1);
+	memcpy(vb.gen, "0123abcd", CSI_GEN_HEX + 1);
+	assert_int_equal(csi_volume_id(&va, ida), 0);
+	assert_int_equal(csi_volume_id(&va2, ida2), 0);
+	assert_int_equal(csi_volume_id(&vb, idb), 0);
 	assert_int_equal(strlen(ida), CSI_VOLUME_ID_MAX);
 	assert_string_equal(ida, ida2);
 	assert_string_not_equal(ida, idb);
@@ -115,6 +167,12 @@ test_make_shortens_a_long_prefix_the_same_way_each_time(void **state)
 	struct csi_volume_ref back;
 	assert_int_equal(csi_volume_parse(ida, &back, why, sizeof(why)), 0);
 	assert_string_equal(back.prefix, va.prefix);
+	assert_string_equal(back.gen, "0123abcd");
+	/* a ref that could not be an id makes none */
+	memcpy(back.prefix, a, CSI_VOLUME_ID_MAX - 1);
+	back.prefix[CSI_VOLUME_ID_MAX - 1] = '\0';
+	assert_int_equal(csi_volume_id(&back, ida), -ENAMETOOLONG);
+	assert_string_equal(ida, "");
 }
 
 static void
@@ -131,8 +189,7 @@ test_make_never_cuts_a_utf8_character_or_ends_a_segment_empty(void **state)
 		char q[402];
 		snprintf(q, sizeof(q), "%s%s", shift ? "x" : "", p);
 		assert_int_equal(
-			csi_volume_make("homes", q, &v, id, why, sizeof(why)),
-			0);
+			csi_volume_make("homes", q, &v, why, sizeof(why)), 0);
 		const char *dash = strrchr(v.prefix, '-');
 		assert_non_null(dash);
 		/* the byte before "-hash" ends a character */
@@ -143,10 +200,10 @@ test_make_never_cuts_a_utf8_character_or_ends_a_segment_empty(void **state)
 	char s[300];
 	memset(s, 'a', sizeof(s) - 1);
 	s[sizeof(s) - 1] = '\0';
-	s[128 - 6 - 1 - 13] = '/';
-	assert_int_equal(csi_volume_make("homes", s, &v, id, why, sizeof(why)),
-			 0);
+	s[128 - 6 - 9 - 1 - 13] = '/';
+	assert_int_equal(csi_volume_make("homes", s, &v, why, sizeof(why)), 0);
 	assert_null(strstr(v.prefix, "/-"));
+	csi_volume_id(&v, id);
 	assert_int_equal(csi_volume_parse(id, &v, why, sizeof(why)), 0);
 }
 
@@ -154,14 +211,15 @@ static void test_make_refuses_what_parse_refuses(void **state)
 {
 	(void)state;
 	struct csi_volume_ref v;
-	char id[CSI_VOLUME_ID_MAX + 1], why[256];
+	char why[256];
+	assert_int_equal(csi_volume_make("UPPER", "x", &v, why, sizeof(why)),
+			 -EINVAL);
 	assert_int_equal(
-		csi_volume_make("UPPER", "x", &v, id, why, sizeof(why)),
+		csi_volume_make("homes", "a/../b", &v, why, sizeof(why)),
 		-EINVAL);
-	assert_int_equal(
-		csi_volume_make("homes", "a/../b", &v, id, why, sizeof(why)),
-		-EINVAL);
-	assert_int_equal(csi_volume_make("homes", "", &v, id, why, sizeof(why)),
+	assert_int_equal(csi_volume_make("homes", "", &v, why, sizeof(why)),
+			 -EINVAL);
+	assert_int_equal(csi_volume_make("homes", "a#b", &v, why, sizeof(why)),
 			 -EINVAL);
 }
 
@@ -170,6 +228,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_an_id_splits_into_bucket_and_prefix),
 		cmocka_unit_test(test_bad_ids_are_refused_with_a_reason),
+		cmocka_unit_test(
+			test_a_generation_names_one_volume_at_a_prefix),
 		cmocka_unit_test(test_an_id_longer_than_128_bytes_is_refused),
 		cmocka_unit_test(test_make_keeps_a_short_prefix_as_it_is),
 		cmocka_unit_test(
