@@ -40,6 +40,9 @@
 /* bytes of upload bodies held in memory at once (s3.h snapshot_budget):
  * four 16 MiB parts */
 #define UPLOAD_SNAPSHOT_BUDGET (64ull << 20)
+/* the supervisor gives up after this many worker crashes in the window */
+#define SUPERVISE_CRASH_MAX 10
+#define SUPERVISE_WINDOW_S 60
 
 struct mount_opts {
 	char *bucket; /* owned */
@@ -667,7 +670,7 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 
 	on_stop_signals(supervisor_signal);
 
-	unsigned gen = 0, recent = 0;
+	unsigned gen = 0, recent = 0, killed = 0;
 	time_t window = time(NULL);
 	for (;;) {
 		pid_t pid = fork();
@@ -693,12 +696,18 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 			break;
 		}
 		/* killed: the mount lives on in a new worker, unless we
-		 * were told to stop or workers keep dying */
+		 * were told to stop or workers keep crashing. SIGKILL comes
+		 * from outside (the OOM killer, an admin): it never ends the
+		 * mount, but a burst of them slows the restarts down. Any
+		 * other signal is a crash (SIGSEGV, SIGABRT, ...), perhaps on
+		 * a request every new worker is sent again: more than
+		 * SUPERVISE_CRASH_MAX of them in SUPERVISE_WINDOW_S, and the
+		 * supervisor gives up rather than spin. */
 		int sig = WTERMSIG(st);
 		time_t now = time(NULL);
-		if (now - window > 60) {
+		if (now - window > SUPERVISE_WINDOW_S) {
 			window = now;
-			recent = 0;
+			recent = killed = 0;
 		}
 		if (access(path, F_OK) != 0) {
 			fprintf(stderr,
@@ -707,13 +716,21 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 				(int)pid, sig);
 			break;
 		}
-		if (stop_requested || ++recent > 10) {
+		if (sig == SIGKILL && !stop_requested &&
+		    ++killed > SUPERVISE_CRASH_MAX) {
+			fprintf(stderr,
+				"tierfs: worker %d killed (signal 9): %u "
+				"kills within %d s; the next worker starts "
+				"in 1 s\n",
+				(int)pid, killed, SUPERVISE_WINDOW_S);
+			sleep(1);
+		} else if (stop_requested ||
+			   (sig != SIGKILL && ++recent > SUPERVISE_CRASH_MAX)) {
 			fprintf(stderr,
 				"tierfs: worker %d died (signal %d); %s\n",
 				(int)pid, sig,
-				stop_requested
-					? "stopping as asked"
-					: "too many restarts, giving up");
+				stop_requested ? "stopping as asked"
+					       : "too many crashes, giving up");
 			break;
 		}
 		fprintf(stderr,

@@ -58,11 +58,11 @@ print(f"ok {rounds}")
 ROUNDS = 4000
 
 
-def kill_worker(m):
-    """SIGKILLs the worker and waits until another one serves."""
+def kill_worker(m, sig=signal.SIGKILL):
+    """Kills the worker and waits until another one serves."""
     workers = m.workers()
     assert len(workers) == 1, f"workers: {workers}"
-    os.kill(workers[0], signal.SIGKILL)
+    os.kill(workers[0], sig)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         now = m.workers()
@@ -154,6 +154,45 @@ def test_a_file_open_across_a_restart_keeps_working(volume, s3, tmp_path):
     finally:
         assert m.unmount() == 0, m.output()
     assert body(s3, f"{prefix}/open") == b"before\nafter\n"
+
+
+def test_a_worker_killed_again_and_again_is_always_replaced(volume, s3,
+                                                           tmp_path):
+    """SIGKILL comes from outside (the OOM killer, an admin): however many
+    land in a minute, the mount keeps serving (the 50-kill crash test,
+    seed 11, once saw the supervisor give up after its 11th kill)."""
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    root = Path(m.mountpoint)
+    try:
+        for i in range(14):
+            (root / "f").write_text(f"round {i}\n")
+            kill_worker(m)
+        assert (root / "f").read_text() == "round 13\n"
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert "kills within 60 s" in m.output()
+    assert body(s3, f"{prefix}/f") == b"round 13\n"
+
+
+def test_a_worker_that_keeps_crashing_is_given_up_on(volume, tmp_path):
+    """A crash (here SIGABRT) may come back with every new worker, on a
+    request the kernel resends: after 10 in a minute the supervisor stops
+    rather than spin, and the mount goes away."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core files
+    url, _ = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    try:
+        for _ in range(10):
+            kill_worker(m, signal.SIGABRT)
+        (workers,) = [m.workers()]
+        os.kill(workers[0], signal.SIGABRT)
+        m.proc.wait(timeout=60)
+        assert "too many crashes, giving up" in m.output()
+    finally:
+        m.unmount()
+    assert not os.path.ismount(m.mountpoint)
 
 
 def test_the_daemon_outlives_its_launcher_and_unmount_waits_for_s3(
