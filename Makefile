@@ -49,7 +49,8 @@ CSI_LDLIBS := $(shell pkg-config --libs grpc libprotobuf-c 2>/dev/null) -pthread
 CSI_OBJ  := $(CSI_SRC:%.c=$(BUILD)/obj/%.o) $(GEN_SRC:%.c=$(BUILD)/obj/gen/%.o)
 CSI_ASAN_OBJ := $(CSI_SRC:%.c=$(ASAN)/obj/%.o) $(GEN_SRC:%.c=$(ASAN)/obj/gen/%.o)
 UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
-	test_meta test_layout test_ranges test_data test_units test_volume
+	test_meta test_layout test_ranges test_data test_units test_volume \
+	test_condition
 INTEG_TESTS := test_s3_live
 
 .PHONY: all deps test unit integration csi-test deploy-test deploy-manifests \
@@ -151,6 +152,8 @@ $(BUILD)/tierfs-render: $(RENDER_SRC)
 # unit tests of csi/ code link the csi object they test
 $(BUILD)/tests/test_volume: $(BUILD)/obj/csi/volume.o
 $(ASAN)/tests/test_volume: $(ASAN)/obj/csi/volume.o
+$(BUILD)/tests/test_condition: $(BUILD)/obj/csi/launcher.o
+$(ASAN)/tests/test_condition: $(ASAN)/obj/csi/launcher.o
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libtierfs-cache.a $(BUILD)/libtierfs-s3.a
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"

@@ -306,3 +306,43 @@ int csi_daemon_alive(const char *dir, char *daemon_mnt)
 	base = base ? base + 1 : cmd;
 	return strcmp(base, "tierfs") == 0;
 }
+
+void csi_volume_condition(int alive, const char *health, time_t now, char *msg,
+			  size_t len)
+{
+	char v[160];
+	msg[0] = '\0';
+	if (!alive) {
+		snprintf(
+			msg, len,
+			"the tierfs daemon serving this volume is not running; "
+			"its mount is dead until NodeStageVolume runs again");
+		return;
+	}
+	if (!health)
+		return; /* just started: the first one comes in seconds */
+	csi_field(health, "updated", v, sizeof(v));
+	long long age = (long long)now - strtoll(v, NULL, 10);
+	if (age > CSI_HEALTH_STALE_S) {
+		snprintf(msg, len,
+			 "the tierfs daemon has not reported for %lld s "
+			 "(stuck?)",
+			 age);
+		return;
+	}
+	csi_field(health, "s3", v, sizeof(v));
+	if (!strcmp(v, "error")) {
+		csi_field(health, "s3_error", v, sizeof(v));
+		snprintf(msg, len, "S3 is failing: %s", v);
+		return;
+	}
+	csi_field(health, "oldest_dirty_s", v, sizeof(v));
+	long long oldest = strtoll(v, NULL, 10);
+	if (oldest > CSI_DIRTY_STUCK_S) {
+		csi_field(health, "dirty_inodes", v, sizeof(v));
+		snprintf(msg, len,
+			 "uploads are stuck: a change has waited %lld s for "
+			 "S3 (%s files pending)",
+			 oldest, v);
+	}
+}

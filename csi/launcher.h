@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define CSI_LAUNCH_OUTPUT_MAX 1024 /* of a tool's stderr kept for errors */
 #define CSI_STAGE_FILE "csi-stage"
@@ -41,6 +42,15 @@ int csi_write_file(const char *dir, const char *name, const char *text);
 int csi_read_file(const char *dir, const char *name, char *buf, size_t len);
 /* The value of "name=value" in a file's text, or "" (out is len bytes). */
 void csi_field(const char *text, const char *name, char *out, size_t len);
+#define CSI_HEALTH_STALE_S 120 /* health not rewritten this long: stuck */
+#define CSI_DIRTY_STUCK_S 600  /* a change waits this long: uploads stuck */
+/* Why a staged volume is not healthy, into msg, or "" when it is: its
+ * daemon is not alive; its health file (CACHE_DIR/health, cache/health.c;
+ * NULL when not written yet) is older than CSI_HEALTH_STALE_S at now;
+ * it says S3 is failing (s3=error, with s3_error); or its oldest change
+ * has waited more than CSI_DIRTY_STUCK_S for S3 (oldest_dirty_s). */
+void csi_volume_condition(int alive, const char *health, time_t now, char *msg,
+			  size_t len);
 
 /* Runs argv (argv[0] a path) with a scrubbed environment, in its own
  * session, with no fd of ours but its stderr/stdout, which are captured

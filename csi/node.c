@@ -39,8 +39,6 @@
 
 #define NODE_INFLIGHT_MAX 256
 #define NODE_UNMOUNT_TIMEOUT "100s"   /* NodeUnstage waits this for S3 */
-#define NODE_HEALTH_STALE_S 120	      /* health not rewritten: stuck */
-#define NODE_DIRTY_STUCK_S 600	      /* a change waits this long: stuck */
 #define NODE_MARKER_DEADLINE_MS 10000 /* reading PREFIX/.tierfs/volume */
 #define NODE_MARKER_MAX 4096
 
@@ -993,44 +991,13 @@ static Csi__V1__VolumeUsage *usage(Csi__V1__VolumeUsage__Unit unit,
 	return u;
 }
 
-/* Why the volume is not healthy, or "" (see the thresholds above). */
+/* Why the volume is not healthy, or "" (see csi_volume_condition()). */
 static void condition(const struct staged *s, char *msg, size_t len)
 {
-	char h[1024], v[160];
-	msg[0] = '\0';
-	if (!s->alive) {
-		snprintf(
-			msg, len,
-			"the tierfs daemon serving this volume is not running; "
-			"its mount is dead until NodeStageVolume runs again");
-		return;
-	}
-	if (csi_read_file(s->dir, "health", h, sizeof(h)) != 0)
-		return; /* just started: the first one comes in seconds */
-	csi_field(h, "updated", v, sizeof(v));
-	long long age = (long long)time(NULL) - strtoll(v, NULL, 10);
-	if (age > NODE_HEALTH_STALE_S) {
-		snprintf(msg, len,
-			 "the tierfs daemon has not reported for %lld s "
-			 "(stuck?)",
-			 age);
-		return;
-	}
-	csi_field(h, "s3", v, sizeof(v));
-	if (!strcmp(v, "error")) {
-		csi_field(h, "s3_error", v, sizeof(v));
-		snprintf(msg, len, "S3 is failing: %s", v);
-		return;
-	}
-	csi_field(h, "oldest_dirty_s", v, sizeof(v));
-	long long oldest = strtoll(v, NULL, 10);
-	if (oldest > NODE_DIRTY_STUCK_S) {
-		csi_field(h, "dirty_inodes", v, sizeof(v));
-		snprintf(msg, len,
-			 "uploads are stuck: a change has waited %lld s for "
-			 "S3 (%s files pending)",
-			 oldest, v);
-	}
+	char h[1024];
+	int have =
+		s->alive && csi_read_file(s->dir, "health", h, sizeof(h)) == 0;
+	csi_volume_condition(s->alive, have ? h : NULL, time(NULL), msg, len);
 }
 
 static grpc_status_code get_volume_stats(void *ctx, const ProtobufCMessage *req,

@@ -22,7 +22,8 @@ BUILD=build
 ASAN=build/asan
 ONLY=${TIERFS_ONLY:-all}
 UNIT_TESTS=(test_sigv4 test_uri test_xml test_retry test_creds test_buf
-	test_meta test_layout test_ranges test_data test_units test_volume)
+	test_meta test_layout test_ranges test_data test_units test_volume
+	test_condition)
 LOGDIR=$BUILD/test-logs
 mkdir -p "$LOGDIR"
 
