@@ -63,11 +63,15 @@
  * fetch starts (a write may later land on one; that is what the copy-back
  * handles).
  *
- * Read-ahead: per file, seq_next is where the previous read ended. A read
- * starting there is sequential: the fetch of the gap that reaches the end
- * of the request is widened to `window` bytes (readahead_min first, then
- * doubling after each widened fetch, up to readahead_max). Any other read
- * resets the window and fetches exactly the missing bytes.
+ * Read-ahead: per file, up to DATA_RA_STREAMS sequential streams, so that
+ * readers of disjoint parts of one file (a data loader's workers, fio
+ * with offset_increment) each get their own. A stream remembers where its
+ * previous read ended (next). A read starting at a stream's next is
+ * sequential: the fetch of the gap that reaches the end of the request is
+ * widened to the stream's window (readahead_min first, then doubling
+ * after each widened fetch, up to readahead_max). Any other read fetches
+ * exactly the missing bytes and starts a stream of its own, in place of
+ * the one read least recently.
  *
  * Upload snapshots: data_dirty() takes a snapshot and counts it (nsnap);
  * while nsnap > 0 every write and truncate-grow also adds its range to
@@ -147,8 +151,12 @@ struct data_file {
 	uint64_t log_bytes;	 /* length of the log file */
 	int log_broken;		 /* a torn append could not be cut off */
 	int sync_dir;		 /* created since the last data_sync() */
-	uint64_t seq_next;	 /* where the previous read ended */
-	uint64_t window;	 /* next read-ahead window; 0: start over */
+	struct ra_stream {
+		uint64_t next;	 /* where its previous read ended */
+		uint64_t window; /* next read-ahead window; 0: start over */
+		uint64_t used;	 /* ra_tick of its last read; 0: free */
+	} ra[DATA_RA_STREAMS];
+	uint64_t ra_tick;
 };
 
 struct data {
@@ -532,7 +540,6 @@ static struct data_file *file_new(struct data *d, uint64_t ino)
 	f->d = d;
 	f->ino = ino;
 	f->fd = f->logfd = -1;
-	f->seq_next = UINT64_MAX;
 	if (pthread_mutex_init(&f->lock, NULL))
 		goto fail_1;
 	if (pthread_cond_init(&f->fetched, NULL))
@@ -1295,12 +1302,27 @@ void data_put(struct data_file *f)
 	file_close_fds(f);
 	f->nsnap = 0;
 	ranges_free(&f->rewritten);
-	f->seq_next = UINT64_MAX;
-	f->window = 0;
+	memset(f->ra, 0, sizeof(f->ra));
 	check_file(f);
 	unlock_mutex(&f->lock);
 	lru_append(d, f);
 	unlock_mutex(&d->lock);
+}
+
+/* The read-ahead stream a read at off continues, or the free or least
+ * recently read one for it to start. */
+static struct ra_stream *ra_stream_for(struct data_file *f, uint64_t off)
+{
+	struct ra_stream *old = &f->ra[0];
+	for (size_t i = 0; i < DATA_RA_STREAMS; i++) {
+		struct ra_stream *st = &f->ra[i];
+		if (st->used && st->next == off)
+			return st;
+		if (st->used < old->used)
+			old = st;
+	}
+	old->used = 0; /* a new stream */
+	return old;
 }
 
 /* A read the cache disk has no room for: put together in memory (a memfd
@@ -1333,15 +1355,17 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 		return 0;
 	}
 	uint64_t end = off + min_u64(len, f->size - off);
+	struct ra_stream *st = ra_stream_for(f, off);
 	uint64_t ra = 0;
-	if (off == f->seq_next)
-		ra = f->window ? f->window : d->cfg.readahead_min;
+	if (st->used && st->next == off)
+		ra = st->window ? st->window : d->cfg.readahead_min;
 	else
-		f->window = 0;
-	f->seq_next = end;
+		st->window = 0;
+	st->next = end;
+	st->used = ++f->ra_tick;
 	int rc = fill_locked(f, off, end, ra, 0, &used);
 	if (used)
-		f->window = min_u64(2 * ra, d->cfg.readahead_max);
+		st->window = min_u64(2 * ra, d->cfg.readahead_max);
 	end = min_u64(end, f->size); /* a truncate may have run meanwhile */
 	check_file(f);
 	unlock_mutex(&f->lock);

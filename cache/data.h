@@ -31,6 +31,7 @@
 
 #define DATA_DEFAULT_READAHEAD_MIN (128u << 10)
 #define DATA_DEFAULT_READAHEAD_MAX (16u << 20)
+#define DATA_RA_STREAMS 16 /* sequential readers of one file tracked */
 #define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
 #define DATA_DEFAULT_RESERVE (64ull << 20)
 

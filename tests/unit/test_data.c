@@ -253,6 +253,44 @@ test_sequential_reads_double_readahead_and_random_resets(void **state)
 	data_put(f);
 }
 
+static void test_interleaved_sequential_readers_each_get_readahead(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	assert_int_equal(data_get(e->d, 1, 2048 * K, &f), 0);
+	/* four readers, each sequential in its own quarter, in turn */
+	for (uint64_t step = 0; step < 64 * K; step += 4 * K)
+		for (uint64_t r = 0; r < 4; r++) {
+			uint64_t off = r * 256 * K + step;
+			assert_int_equal(data_read(f, buf, 4096, off), 4096);
+			expect_obj(buf, off, 4096);
+		}
+	/* each: its first read exact, then 16, 32, 64 KiB; without a
+	 * stream of its own each read would be one fetch: 64 in all */
+	assert_int_equal(e->fk.calls, 16);
+	for (int r = 0; r < 4; r++) {
+		uint64_t base = (uint64_t)r * 256 * K;
+		expect_call(e, r, base, 4 * K);
+		expect_call(e, 4 + r, base + 4 * K, 16 * K);
+		expect_call(e, 8 + r, base + 20 * K, 32 * K);
+		expect_call(e, 12 + r, base + 52 * K, 64 * K);
+	}
+	/* more readers than streams: the least recently read one goes */
+	for (uint64_t r = 0; r < DATA_RA_STREAMS + 1; r++)
+		assert_int_equal(data_read(f, buf, 16, 1200 * K + r * 8 * K),
+				 16);
+	int calls = e->fk.calls;
+	assert_int_equal(data_read(f, buf, 16, 1200 * K + 16), 16);
+	expect_call(e, calls, 1200 * K + 16, 16); /* forgotten: exact */
+	/* (which took the place of the next oldest, r = 1) */
+	assert_int_equal(data_read(f, buf, 16, 1200 * K + 16 * K + 16), 16);
+	/* read-ahead, up to the next reader's bytes, present already */
+	expect_call(e, calls + 1, 1200 * K + 16 * K + 16, 8 * K - 16);
+	data_put(f);
+}
+
 static void test_reads_past_object_end_return_zeros_up_to_size(void **state)
 {
 	struct env *e = *state;
@@ -978,6 +1016,7 @@ int main(void)
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 		T(test_read_of_absent_range_fetches_exactly_it_once),
 		T(test_sequential_reads_double_readahead_and_random_resets),
+		T(test_interleaved_sequential_readers_each_get_readahead),
 		T(test_reads_past_object_end_return_zeros_up_to_size),
 		T(test_truncate_grow_reads_zeros_without_fetching),
 		T(test_write_over_partial_data_merges_with_fetched_bytes),
