@@ -1644,9 +1644,9 @@ int data_sync(struct data_file *f)
 {
 	int rc = 0;
 	lock_mutex(&f->lock);
-	if (fsync(f->fd))
+	if (fdatasync(f->fd))
 		rc = -errno;
-	if (fsync(f->logfd) && rc == 0)
+	if (fdatasync(f->logfd) && rc == 0)
 		rc = -errno;
 	if (rc == 0 && f->sync_dir) {
 		if (fsync(f->d->dirfd))

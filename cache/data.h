@@ -112,7 +112,9 @@ int data_dirty(struct data_file *f, struct ranges *out);
 /* Clears the dirty ranges that were dirty when the uploader copied them
  * (dirty_snapshot); ranges written since stay dirty. */
 int data_mark_clean(struct data_file *f, const struct ranges *dirty_snapshot);
-/* fsyncs the cache file and its log. */
+/* fdatasyncs the cache file and its log (their bytes and sizes; the
+ * log's lines are the record of what is present and dirty, so an mtime
+ * need not reach the disk), and the cache dir once after a create. */
 int data_sync(struct data_file *f);
 
 /* Drops ino's cache file and log (the inode is gone). */
