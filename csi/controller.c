@@ -37,6 +37,10 @@
  * object is success (DeleteVolume, ControllerUnpublishVolume,
  * DeleteSnapshot). Any other id that fails csi_volume_parse() (traversal,
  * NUL or control bytes, oversize, bad bucket) is INVALID_ARGUMENT.
+ * Nodes: a controller alone cannot tell which nodes exist and publishes
+ * to any well-formed node_id; in --mode all the plugin is the only node
+ * (the spec's unified plugin), so ControllerPublishVolume to any other
+ * node_id is NOT_FOUND.
  *
  * Error choices: a bucket that does not exist is FAILED_PRECONDITION (the
  * request is well-formed; the system is not ready for it); S3 failures map
@@ -1513,6 +1517,13 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 	if (foreign)
 		return csi_errorf(err, GRPC_STATUS_NOT_FOUND,
 				  "volume '%s' does not exist", r->volume_id);
+	/* --mode all is the one node there is (see the top of this file) */
+	if ((p->mode & CSI_MODE_NODE) && strcmp(r->node_id, p->node_id) != 0)
+		return csi_errorf(
+			err, GRPC_STATUS_NOT_FOUND,
+			"node_id '%s' does not exist (this --mode all "
+			"plugin is node '%.100s' and serves no other)",
+			r->node_id, p->node_id);
 	const char *endpoint =
 		csi_map_get(CSI_MAP(r, volume_context), "endpoint");
 	const char *region = csi_map_get(CSI_MAP(r, volume_context), "region");

@@ -178,6 +178,31 @@ def test_a_negative_max_entries_is_invalid_argument(plugin, method):
 # ---- Controller: ids tierfs never made -------------------------------------
 
 
+def test_controller_publish_to_a_node_that_does_not_exist_is_not_found(
+        plugin, bucket, secrets):
+    """--mode all serves one node, the one NodeGetInfo names: any other
+    node_id is a node that does not exist."""
+    pb = plugin.pb2
+    vol = create(plugin, bucket, secrets, "sanity-controller-wrong-node")
+    info = plugin.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=10)
+    assert info.node_id == NODE and info.max_volumes_per_node >= 0
+    node = fake("node")
+    failed(status_of(plugin.ControllerPublishVolume,
+                     pb.ControllerPublishVolumeRequest(
+                         volume_id=vol.volume_id, node_id=node,
+                         volume_capability=cap(pb), secrets=secrets,
+                         volume_context=vol.volume_context), timeout=30),
+           NOT_FOUND, "node_id", node)
+    code, detail = status_of(plugin.ControllerPublishVolume,
+                             pb.ControllerPublishVolumeRequest(
+                                 volume_id=vol.volume_id,
+                                 node_id=info.node_id,
+                                 volume_capability=cap(pb), secrets=secrets,
+                                 volume_context=vol.volume_context),
+                             timeout=30)
+    assert code == OK, detail
+
+
 def test_create_from_a_snapshot_tierfs_never_made_is_not_found(
         plugin, bucket, secrets):
     pb = plugin.pb2
