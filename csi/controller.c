@@ -1574,6 +1574,25 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 			st = csi_s3_status(rc, &e, err, "writing the lease");
 			goto out;
 		}
+	} else if (r->readonly || acc == ACC_RO) {
+		/* read-only where it is published read-write (this node's
+		 * grant, or its live lease) is incompatible, not idempotent */
+		struct lease_view lv;
+		rc = lease_read(c, &v, &lv, &e);
+		if (rc) {
+			st = csi_s3_status(rc, &e, err, "reading the lease");
+			goto out;
+		}
+		if (lv.present && strcmp(lv.host, r->node_id) == 0 &&
+		    (strcmp(lv.owner, "grant") == 0 || lease_live(&lv))) {
+			st = csi_errorf(
+				err, GRPC_STATUS_ALREADY_EXISTS,
+				"volume '%s' is published read-write to "
+				"node '%.100s'; readonly or a read-only "
+				"access_mode asks for it read-only there",
+				r->volume_id, r->node_id);
+			goto out;
+		}
 	}
 ok:;
 	Csi__V1__ControllerPublishVolumeResponse *out =

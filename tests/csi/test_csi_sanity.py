@@ -175,6 +175,32 @@ def test_a_negative_max_entries_is_invalid_argument(plugin, method):
            INVALID, "max_entries")
 
 
+def test_controller_publish_read_only_after_read_write_is_already_exists(
+        plugin, bucket, secrets):
+    """Published read-write to a node, the same volume published there
+    again read-only is incompatible (tierfs advertises PUBLISH_READONLY)."""
+    pb = plugin.pb2
+    vol = create(plugin, bucket, secrets, "sanity-published-incompatible")
+
+    def publish(readonly):
+        return status_of(plugin.ControllerPublishVolume,
+                         pb.ControllerPublishVolumeRequest(
+                             volume_id=vol.volume_id, node_id=NODE,
+                             volume_capability=cap(pb), readonly=readonly,
+                             secrets=secrets,
+                             volume_context=vol.volume_context), timeout=30)
+    assert publish(False)[0] == OK
+    failed(publish(True), grpc.StatusCode.ALREADY_EXISTS, "readonly",
+           vol.volume_id)
+    assert publish(False)[0] == OK  # the compatible one still is
+    code, detail = status_of(plugin.ControllerUnpublishVolume,
+                             pb.ControllerUnpublishVolumeRequest(
+                                 volume_id=vol.volume_id, node_id=NODE,
+                                 secrets=secrets), timeout=30)
+    assert code == OK, detail
+    assert publish(True)[0] == OK  # nothing read-write there any more
+
+
 # ---- Controller: ids tierfs never made -------------------------------------
 
 
