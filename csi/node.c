@@ -96,18 +96,45 @@ static void give_volume(struct csi_node *n, int slot)
 /* ---- validation -----------------------------------------------------------
  */
 
+/* An id with no '/' (csi-sanity's "fake-vol-id-...") is one tierfs never
+ * made but harmless, as in controller.c: once every other field checks
+ * out, the volume does not exist (NOT_FOUND), or is not staged or
+ * published here (OK for the Unstage and Unpublish calls). Any other id
+ * that csi_volume_parse() refuses is INVALID_ARGUMENT. */
+static int never_made(const char *id)
+{
+	for (const char *s = id; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == '\\')
+			return 0;
+	return !strchr(id, '/') && strlen(id) <= CSI_VOLUME_ID_MAX &&
+	       !strstr(id, "..");
+}
+
 static grpc_status_code check_volume_id(const char *id,
 					struct csi_volume_ref *ref,
-					struct csi_error *err)
+					int *unknown, struct csi_error *err)
 {
 	char why[256];
+	*unknown = 0;
 	if (!id || !*id)
 		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
 				  "volume_id: required");
-	if (csi_volume_parse(id, ref, why, sizeof(why)) != 0)
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
-				  "volume_id: %s", why);
-	return GRPC_STATUS_OK;
+	if (csi_volume_parse(id, ref, why, sizeof(why)) == 0)
+		return GRPC_STATUS_OK;
+	if (never_made(id)) {
+		*unknown = 1;
+		return GRPC_STATUS_OK;
+	}
+	return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT, "volume_id: %s",
+			  why);
+}
+
+static grpc_status_code no_such_volume(const char *id, struct csi_error *err)
+{
+	return csi_errorf(err, GRPC_STATUS_NOT_FOUND,
+			  "volume_id '%s': no such volume (tierfs volume ids "
+			  "are BUCKET/PREFIX)",
+			  id);
 }
 
 /* An absolute path with no '.'/'..' segment and no control byte; out is
@@ -498,7 +525,9 @@ static grpc_status_code stage(void *ctx, const ProtobufCMessage *req,
 	struct csi_volume_ref ref;
 	char staging[PATH_MAX];
 	enum access acc = ACCESS_RW;
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("staging_target_path", r->staging_target_path,
 				  staging, err);
@@ -517,6 +546,8 @@ static grpc_status_code stage(void *ctx, const ProtobufCMessage *req,
 		code = check_context(r, err);
 	if (code)
 		return code;
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	if (tok && !*tok)
 		tok = NULL;
 
@@ -720,12 +751,21 @@ static grpc_status_code unstage(void *ctx, const ProtobufCMessage *req,
 	const Csi__V1__NodeUnstageVolumeRequest *r = (const void *)req;
 	struct csi_volume_ref ref;
 	char staging[PATH_MAX];
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("staging_target_path", r->staging_target_path,
 				  staging, err);
 	if (code)
 		return code;
+	if (unknown) { /* never staged here: nothing to do */
+		Csi__V1__NodeUnstageVolumeResponse *res =
+			csi_calloc(1, sizeof(*res));
+		csi__v1__node_unstage_volume_response__init(res);
+		*resp = &res->base;
+		return GRPC_STATUS_OK;
+	}
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
 		return csi_errorf(err, GRPC_STATUS_ABORTED,
@@ -806,7 +846,9 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 	struct csi_volume_ref ref;
 	char staging[PATH_MAX], target[PATH_MAX];
 	enum access acc = ACCESS_RW;
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("staging_target_path", r->staging_target_path,
 				  staging, err);
@@ -816,6 +858,8 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 		code = check_capability(r->volume_capability, 1, &acc, err);
 	if (code)
 		return code;
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	int ro = r->readonly || acc == ACCESS_RO;
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
@@ -904,11 +948,20 @@ static grpc_status_code unpublish(void *ctx, const ProtobufCMessage *req,
 	const Csi__V1__NodeUnpublishVolumeRequest *r = (const void *)req;
 	struct csi_volume_ref ref;
 	char target[PATH_MAX], tgt[PATH_MAX], dev[32];
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("target_path", r->target_path, target, err);
 	if (code)
 		return code;
+	if (unknown) { /* never published here: nothing to do */
+		Csi__V1__NodeUnpublishVolumeResponse *res =
+			csi_calloc(1, sizeof(*res));
+		csi__v1__node_unpublish_volume_response__init(res);
+		*resp = &res->base;
+		return GRPC_STATUS_OK;
+	}
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
 		return csi_errorf(err, GRPC_STATUS_ABORTED,
@@ -1029,11 +1082,15 @@ static grpc_status_code get_volume_stats(void *ctx, const ProtobufCMessage *req,
 	const Csi__V1__NodeGetVolumeStatsRequest *r = (const void *)req;
 	struct csi_volume_ref ref;
 	char path[PATH_MAX];
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("volume_path", r->volume_path, path, err);
 	if (code)
 		return code;
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	struct staged *s = malloc(sizeof(*s));
 	if (!s)
 		return csi_errorf(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -1079,7 +1136,9 @@ static grpc_status_code expand(void *ctx, const ProtobufCMessage *req,
 	struct csi_volume_ref ref;
 	char path[PATH_MAX];
 	enum access acc;
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("volume_path", r->volume_path, path, err);
 	if (!code)
@@ -1095,6 +1154,8 @@ static grpc_status_code expand(void *ctx, const ProtobufCMessage *req,
 				  "capacity_range: required_bytes %" PRId64
 				  " is above limit_bytes %" PRId64,
 				  cr->required_bytes, cr->limit_bytes);
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
 		return csi_errorf(err, GRPC_STATUS_ABORTED,

@@ -355,3 +355,55 @@ def test_a_snapshot_outlives_its_deleted_source_volume(
                      snapshot=pb.VolumeContentSource.SnapshotSource(
                          snapshot_id=snap.snapshot_id)))
     assert new.content_source.snapshot.snapshot_id == snap.snapshot_id
+
+
+# ---- Node: ids tierfs never made --------------------------------------------
+
+
+def test_node_stats_and_expand_of_a_volume_tierfs_never_made_are_not_found(
+        plugin, tmp_path):
+    pb = plugin.pb2
+    vid, path = fake("vol"), str(tmp_path / "some" / "path")
+    failed(status_of(plugin.NodeGetVolumeStats, pb.NodeGetVolumeStatsRequest(
+        volume_id=vid, volume_path=path), timeout=30),
+        NOT_FOUND, "volume_id", vid)
+    failed(status_of(plugin.NodeExpandVolume, pb.NodeExpandVolumeRequest(
+        volume_id=vid, volume_path=path,
+        capacity_range=pb.CapacityRange(required_bytes=2 * GiB)),
+        timeout=30), NOT_FOUND, "volume_id", vid)
+
+
+def test_node_stage_and_publish_of_a_volume_tierfs_never_made_are_not_found(
+        plugin, secrets, tmp_path):
+    pb = plugin.pb2
+    vid = fake("vol")
+    staging, target = tmp_path / "staging", tmp_path / "mnt" / "target"
+    failed(status_of(plugin.NodeStageVolume, pb.NodeStageVolumeRequest(
+        volume_id=vid, staging_target_path=str(staging),
+        volume_capability=cap(pb), secrets=secrets), timeout=30),
+        NOT_FOUND, "volume_id", vid)
+    failed(status_of(plugin.NodePublishVolume, pb.NodePublishVolumeRequest(
+        volume_id=vid, staging_target_path=str(staging),
+        target_path=str(target), volume_capability=cap(pb)), timeout=30),
+        NOT_FOUND, "volume_id", vid)
+    assert not staging.exists() and not target.exists()
+
+
+def test_node_unstage_and_unpublish_of_a_volume_tierfs_never_made_are_ok(
+        plugin, tmp_path):
+    """Never staged nor published here: the spec's 'not staged to the
+    staging_target_path' and csi-sanity's cleanup both want OK."""
+    pb = plugin.pb2
+    vid = fake("vol")
+    code, detail = status_of(plugin.NodeUnpublishVolume,
+                             pb.NodeUnpublishVolumeRequest(
+                                 volume_id=vid,
+                                 target_path=str(tmp_path / "mnt/target")),
+                             timeout=30)
+    assert code == OK, detail
+    code, detail = status_of(plugin.NodeUnstageVolume,
+                             pb.NodeUnstageVolumeRequest(
+                                 volume_id=vid,
+                                 staging_target_path=str(tmp_path / "stg")),
+                             timeout=30)
+    assert code == OK, detail
