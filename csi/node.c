@@ -173,6 +173,20 @@ static grpc_status_code check_path(const char *field, const char *path,
 	return GRPC_STATUS_OK;
 }
 
+/* The volume_path of NodeGetVolumeStats and NodeExpandVolume: a relative
+ * path is no path the volume is at (NOT_FOUND, the spec's answer for a
+ * volume not at volume_path; csi-sanity asks at "some/path"), other bad
+ * paths are INVALID_ARGUMENT. */
+static grpc_status_code check_volume_path(const char *path, char out[PATH_MAX],
+					  struct csi_error *err)
+{
+	if (path && *path && path[0] != '/')
+		return csi_errorf(err, GRPC_STATUS_NOT_FOUND,
+				  "volume_path: not an absolute path, so the "
+				  "volume is not there");
+	return check_path("volume_path", path, out, err);
+}
+
 enum access { ACCESS_RW, ACCESS_RO, ACCESS_RWX };
 static const char *const access_names[] = {"rw", "ro", "rwx"};
 
@@ -1086,7 +1100,7 @@ static grpc_status_code get_volume_stats(void *ctx, const ProtobufCMessage *req,
 	grpc_status_code code =
 		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
-		code = check_path("volume_path", r->volume_path, path, err);
+		code = check_volume_path(r->volume_path, path, err);
 	if (code)
 		return code;
 	if (unknown)
@@ -1140,7 +1154,7 @@ static grpc_status_code expand(void *ctx, const ProtobufCMessage *req,
 	grpc_status_code code =
 		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
-		code = check_path("volume_path", r->volume_path, path, err);
+		code = check_volume_path(r->volume_path, path, err);
 	if (!code)
 		code = check_capability(r->volume_capability, 0, &acc, err);
 	if (code)

@@ -93,6 +93,47 @@ def failed(result, code, *fields):
         assert f in detail, (f, detail)
 
 
+def node_publish(p, bucket, secrets, tmp_path, name):
+    """What csi-sanity's node tests do first: a volume, controller
+    published to NodeGetInfo's node, staged and published at
+    <tmp>/mnt/target. Returns (volume, staging, target)."""
+    pb = p.pb2
+    vol = create(p, bucket, secrets, name)
+    node = p.NodeGetInfo(pb.NodeGetInfoRequest(), timeout=10).node_id
+    pub = p.ControllerPublishVolume(pb.ControllerPublishVolumeRequest(
+        volume_id=vol.volume_id, node_id=node, volume_capability=cap(pb),
+        secrets=secrets, volume_context=vol.volume_context), timeout=60)
+    staging, target = tmp_path / "staging", tmp_path / "mnt" / "target"
+    staging.mkdir()  # csi-sanity makes both directories it names
+    target.parent.mkdir()
+    p.NodeStageVolume(pb.NodeStageVolumeRequest(
+        volume_id=vol.volume_id, staging_target_path=str(staging),
+        volume_capability=cap(pb), secrets=secrets,
+        publish_context=pub.publish_context,
+        volume_context=vol.volume_context), timeout=120)
+    p.NodePublishVolume(pb.NodePublishVolumeRequest(
+        volume_id=vol.volume_id, staging_target_path=str(staging),
+        target_path=str(target), volume_capability=cap(pb),
+        publish_context=pub.publish_context,
+        volume_context=vol.volume_context), timeout=60)
+    return vol, staging, target
+
+
+def node_unpublish(p, secrets, vol, staging, target):
+    """csi-sanity's cleanup of node_publish(), every step OK."""
+    pb = p.pb2
+    p.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(
+        volume_id=vol.volume_id, target_path=str(target)), timeout=60)
+    assert not target.exists()
+    p.NodeUnstageVolume(pb.NodeUnstageVolumeRequest(
+        volume_id=vol.volume_id, staging_target_path=str(staging)),
+        timeout=300)
+    p.ControllerUnpublishVolume(pb.ControllerUnpublishVolumeRequest(
+        volume_id=vol.volume_id, node_id=NODE, secrets=secrets), timeout=60)
+    p.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vol.volume_id,
+                                          secrets=secrets), timeout=60)
+
+
 # ---- Controller: missing fields win over everything else -------------------
 
 
@@ -407,3 +448,35 @@ def test_node_unstage_and_unpublish_of_a_volume_tierfs_never_made_are_ok(
                                  staging_target_path=str(tmp_path / "stg")),
                              timeout=30)
     assert code == OK, detail
+
+
+# ---- Node: a relative volume_path is not where any volume is --------------
+
+
+@needs_fuse
+def test_node_stats_of_a_relative_path_is_not_found(plugin, bucket, secrets,
+                                                    tmp_path):
+    """csi-sanity asks for the stats of a published volume at
+    "some/path": the volume does not exist there (the spec's NOT_FOUND
+    for NodeGetVolumeStats), even if the path is no absolute path."""
+    pb = plugin.pb2
+    vol, staging, target = node_publish(plugin, bucket, secrets, tmp_path,
+                                        "sanity-node-get-volume-stats")
+    failed(status_of(plugin.NodeGetVolumeStats, pb.NodeGetVolumeStatsRequest(
+        volume_id=vol.volume_id, volume_path="some/path"), timeout=30),
+        NOT_FOUND, "volume_path")
+    r = plugin.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(
+        volume_id=vol.volume_id, volume_path=str(target)), timeout=30)
+    assert r.usage
+    node_unpublish(plugin, secrets, vol, staging, target)
+
+
+def test_node_stats_and_expand_of_an_unknown_volume_at_a_relative_path(
+        plugin):
+    """csi-sanity's exact 'volume is not found' requests."""
+    pb = plugin.pb2
+    vid = fake("vol")
+    failed(status_of(plugin.NodeGetVolumeStats, pb.NodeGetVolumeStatsRequest(
+        volume_id=vid, volume_path="some/path"), timeout=30), NOT_FOUND)
+    failed(status_of(plugin.NodeExpandVolume, pb.NodeExpandVolumeRequest(
+        volume_id=vid, volume_path="some/path"), timeout=30), NOT_FOUND)
