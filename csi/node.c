@@ -864,12 +864,18 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 	grpc_status_code code =
 		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
-		code = check_path("staging_target_path", r->staging_target_path,
-				  staging, err);
-	if (!code)
 		code = check_path("target_path", r->target_path, target, err);
 	if (!code)
 		code = check_capability(r->volume_capability, 1, &acc, err);
+	/* tierfs stages: no staging path is the spec's "Staging target
+	 * path not set", FAILED_PRECONDITION */
+	if (!code && (!r->staging_target_path || !*r->staging_target_path))
+		code = csi_errorf(err, GRPC_STATUS_FAILED_PRECONDITION,
+				  "staging_target_path: not set (tierfs stages "
+				  "volumes: NodeStageVolume first)");
+	if (!code)
+		code = check_path("staging_target_path", r->staging_target_path,
+				  staging, err);
 	if (code)
 		return code;
 	if (unknown)

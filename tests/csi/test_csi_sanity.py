@@ -480,3 +480,37 @@ def test_node_stats_and_expand_of_an_unknown_volume_at_a_relative_path(
         volume_id=vid, volume_path="some/path"), timeout=30), NOT_FOUND)
     failed(status_of(plugin.NodeExpandVolume, pb.NodeExpandVolumeRequest(
         volume_id=vid, volume_path="some/path"), timeout=30), NOT_FOUND)
+
+
+# ---- Node: NodePublishVolume's own error rows ------------------------------
+
+
+def test_node_publish_without_a_staging_path_is_failed_precondition(
+        plugin, bucket, tmp_path):
+    """tierfs has STAGE_UNSTAGE_VOLUME: the spec's 'Staging target path
+    not set' row is FAILED_PRECONDITION, not a malformed request."""
+    pb = plugin.pb2
+    code, detail = status_of(plugin.NodePublishVolume,
+                             pb.NodePublishVolumeRequest(
+                                 volume_id=f"{bucket}/sanity-unstaged",
+                                 target_path=str(tmp_path / "mnt/target"),
+                                 volume_capability=cap(pb)), timeout=30)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, detail
+    assert detail.startswith("staging_target_path"), detail
+
+
+def test_node_publish_of_an_unknown_volume_names_the_missing_field(
+        plugin, tmp_path):
+    """csi-sanity's 'no target path' and 'no volume capability' requests
+    carry a made-up id and no staging path: the field is the error."""
+    pb = plugin.pb2
+    code, detail = status_of(plugin.NodePublishVolume,
+                             pb.NodePublishVolumeRequest(
+                                 volume_id=fake("vol")), timeout=30)
+    assert code == INVALID and detail.startswith("target_path"), detail
+    code, detail = status_of(plugin.NodePublishVolume,
+                             pb.NodePublishVolumeRequest(
+                                 volume_id=fake("vol"),
+                                 target_path=str(tmp_path / "mnt/target")),
+                             timeout=30)
+    assert code == INVALID and detail.startswith("volume_capability"), detail
