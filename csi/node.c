@@ -190,9 +190,14 @@ static grpc_status_code check_volume_path(const char *path, char out[PATH_MAX],
 enum access { ACCESS_RW, ACCESS_RO, ACCESS_RWX };
 static const char *const access_names[] = {"rw", "ro", "rwx"};
 
-/* A mount capability with an access mode tierfs serves. */
+/* A mount capability with an access mode tierfs serves. A well-formed
+ * one that tierfs volumes do not have (block, another fs_type,
+ * MULTI_NODE_SINGLE_WRITER) gets `lacks`: the spec's "Exceeds
+ * capabilities" is FAILED_PRECONDITION for NodeStage and NodePublish,
+ * INVALID_ARGUMENT for NodeExpand. */
 static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
-					 int required, enum access *acc,
+					 int required, grpc_status_code lacks,
+					 enum access *acc,
 					 struct csi_error *err)
 {
 	if (!c) {
@@ -203,7 +208,7 @@ static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
 	}
 	if (c->access_type_case ==
 	    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK)
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
+		return csi_errorf(err, lacks,
 				  "volume_capability: block access is not "
 				  "supported (tierfs volumes are filesystems)");
 	if (c->access_type_case !=
@@ -214,7 +219,7 @@ static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
 	if (c->mount->fs_type && *c->mount->fs_type &&
 	    strcmp(c->mount->fs_type, "tierfs") != 0 &&
 	    strcmp(c->mount->fs_type, "fuse") != 0)
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
+		return csi_errorf(err, lacks,
 				  "volume_capability.mount.fs_type '%.32s': "
 				  "tierfs volumes are tierfs",
 				  c->mount->fs_type);
@@ -235,7 +240,7 @@ static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
 		*acc = ACCESS_RWX;
 		return GRPC_STATUS_OK;
 	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER:
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
+		return csi_errorf(err, lacks,
 				  "volume_capability.access_mode: "
 				  "MULTI_NODE_SINGLE_WRITER is not supported");
 	default:
@@ -546,7 +551,9 @@ static grpc_status_code stage(void *ctx, const ProtobufCMessage *req,
 		code = check_path("staging_target_path", r->staging_target_path,
 				  staging, err);
 	if (!code)
-		code = check_capability(r->volume_capability, 1, &acc, err);
+		code = check_capability(r->volume_capability, 1,
+					GRPC_STATUS_FAILED_PRECONDITION, &acc,
+					err);
 	const char *ak = MAP_GET(r, secrets, "accessKeyID");
 	const char *sk = MAP_GET(r, secrets, "secretAccessKey");
 	const char *tok = MAP_GET(r, secrets, "sessionToken");
@@ -866,7 +873,9 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 	if (!code)
 		code = check_path("target_path", r->target_path, target, err);
 	if (!code)
-		code = check_capability(r->volume_capability, 1, &acc, err);
+		code = check_capability(r->volume_capability, 1,
+					GRPC_STATUS_FAILED_PRECONDITION, &acc,
+					err);
 	/* tierfs stages: no staging path is the spec's "Staging target
 	 * path not set", FAILED_PRECONDITION */
 	if (!code && (!r->staging_target_path || !*r->staging_target_path))
@@ -1162,7 +1171,9 @@ static grpc_status_code expand(void *ctx, const ProtobufCMessage *req,
 	if (!code)
 		code = check_volume_path(r->volume_path, path, err);
 	if (!code)
-		code = check_capability(r->volume_capability, 0, &acc, err);
+		code = check_capability(r->volume_capability, 0,
+					GRPC_STATUS_INVALID_ARGUMENT, &acc,
+					err);
 	if (code)
 		return code;
 	const Csi__V1__CapacityRange *cr = r->capacity_range;

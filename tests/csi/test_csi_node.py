@@ -404,16 +404,20 @@ def test_bad_paths_are_invalid_argument_naming_the_field(node, path):
         assert field in detail, detail
 
 
-def test_capabilities_tierfs_cannot_serve_are_invalid_argument(node):
+def test_capabilities_tierfs_cannot_serve_fail_and_bad_ones_are_invalid(
+        node):
+    """What tierfs volumes lack is the spec's 'Exceeds capabilities'
+    (FAILED_PRECONDITION); a capability missing or malformed is
+    INVALID_ARGUMENT."""
     n = node()
     vol = vol_id("caps")
     for cap, word in ((n.cap(block=True), "block"),
                       (n.cap("MULTI_NODE_SINGLE_WRITER"),
                        "MULTI_NODE_SINGLE_WRITER")):
         code, detail = n.stage(vol, cap=cap)
-        assert code == INVALID and word in detail, detail
+        assert code == PRECONDITION and word in detail, detail
         code, detail = n.publish(vol, n.target(vol), cap=cap)
-        assert code == INVALID and word in detail, detail
+        assert code == PRECONDITION and word in detail, detail
     req = n.pb.NodeStageVolumeRequest(volume_id=vol,
                                       staging_target_path=n.staging(vol),
                                       secrets=SECRETS)

@@ -514,3 +514,32 @@ def test_node_publish_of_an_unknown_volume_names_the_missing_field(
                                  target_path=str(tmp_path / "mnt/target")),
                              timeout=30)
     assert code == INVALID and detail.startswith("volume_capability"), detail
+
+
+def test_node_stage_and_publish_of_capabilities_tierfs_lacks_fail_precondition(
+        plugin, bucket, secrets, tmp_path):
+    """The spec's 'Exceeds capabilities' row: FAILED_PRECONDITION for
+    NodeStageVolume and NodePublishVolume, INVALID_ARGUMENT for
+    NodeExpandVolume. tierfs volumes are filesystems with at most one
+    writing node: no block, no MULTI_NODE_SINGLE_WRITER, no ext4."""
+    pb = plugin.pb2
+    vid = f"{bucket}/sanity-caps"
+    staging, target = tmp_path / "staging", tmp_path / "mnt" / "target"
+    ext4 = cap(pb)
+    ext4.mount.fs_type = "ext4"
+    for c in (cap(pb, block=True), cap(pb, "MULTI_NODE_SINGLE_WRITER"),
+              ext4):
+        failed(status_of(plugin.NodeStageVolume, pb.NodeStageVolumeRequest(
+            volume_id=vid, staging_target_path=str(staging),
+            volume_capability=c, secrets=secrets), timeout=30),
+            grpc.StatusCode.FAILED_PRECONDITION, "volume_capability")
+        failed(status_of(plugin.NodePublishVolume,
+                         pb.NodePublishVolumeRequest(
+                             volume_id=vid, staging_target_path=str(staging),
+                             target_path=str(target), volume_capability=c),
+                         timeout=30),
+               grpc.StatusCode.FAILED_PRECONDITION, "volume_capability")
+        failed(status_of(plugin.NodeExpandVolume, pb.NodeExpandVolumeRequest(
+            volume_id=vid, volume_path=str(target), volume_capability=c),
+            timeout=30), INVALID, "volume_capability")
+    assert not staging.exists() and not target.exists()
