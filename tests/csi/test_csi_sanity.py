@@ -242,6 +242,25 @@ def test_controller_publish_read_only_after_read_write_is_already_exists(
     assert publish(True)[0] == OK  # nothing read-write there any more
 
 
+def test_controller_unpublish_without_a_node_id_unpublishes_everywhere(
+        plugin, bucket, secrets, s3):
+    """The spec: an unset node_id means every node the volume is
+    published to. Read-write publishes hold a write grant in S3."""
+    pb = plugin.pb2
+    vol = create(plugin, bucket, secrets, "sanity-unpublish-all")
+    lease = vol.volume_id.split("/", 1)[1] + "/.tierfs/lease"
+    plugin.ControllerPublishVolume(pb.ControllerPublishVolumeRequest(
+        volume_id=vol.volume_id, node_id=NODE, volume_capability=cap(pb),
+        secrets=secrets), timeout=30)
+    assert "Contents" in s3.list_objects_v2(Bucket=bucket, Prefix=lease)
+    code, detail = status_of(plugin.ControllerUnpublishVolume,
+                             pb.ControllerUnpublishVolumeRequest(
+                                 volume_id=vol.volume_id, secrets=secrets),
+                             timeout=30)
+    assert code == OK, detail
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=lease)
+
+
 # ---- Controller: ids tierfs never made -------------------------------------
 
 
