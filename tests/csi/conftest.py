@@ -60,12 +60,13 @@ def secrets():
 @pytest.fixture
 def reap_mounts(tmp_path):
     """After the test: `umount -l` of every mount under tmp_path (deepest
-    first), then SIGKILL of every daemon a cache dir's `state` names."""
+    first), then SIGKILL of every tierfs daemon a `state` file there
+    names."""
     yield
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split()[4] for line in f]
     for m in reversed(mounts):
-        if m.startswith(str(tmp_path)):
+        if m.startswith(f"{tmp_path}/"):
             subprocess.run(["umount", "-l", m], check=False)
     for state in tmp_path.glob("**/state"):
         if not state.is_file():
@@ -74,9 +75,12 @@ def reap_mounts(tmp_path):
             key, _, val = line.partition("=")
             if key in ("supervisor", "worker") and val.isdigit() \
                     and int(val) > 0:  # 0 would be our own group
-                try:
+                try:  # a pid reused since is none of ours
+                    with open(f"/proc/{val}/cmdline", "rb") as f:
+                        if b"tierfs" not in f.read():
+                            continue
                     os.kill(int(val), signal.SIGKILL)
-                except ProcessLookupError:
+                except (FileNotFoundError, ProcessLookupError):
                     pass
 
 
