@@ -37,6 +37,10 @@
  * object is success (DeleteVolume, ControllerUnpublishVolume,
  * DeleteSnapshot). Any other id that fails csi_volume_parse() (traversal,
  * NUL or control bytes, oversize, bad bucket) is INVALID_ARGUMENT.
+ * Nodes: a controller alone cannot tell which nodes exist and publishes
+ * to any well-formed node_id; in --mode all the plugin is the only node
+ * (the spec's unified plugin), so ControllerPublishVolume to any other
+ * node_id is NOT_FOUND.
  *
  * Error choices: a bucket that does not exist is FAILED_PRECONDITION (the
  * request is well-formed; the system is not ready for it); S3 failures map
@@ -1565,6 +1569,13 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 	if (foreign)
 		return csi_errorf(err, GRPC_STATUS_NOT_FOUND,
 				  "volume '%s' does not exist", r->volume_id);
+	/* --mode all is the one node there is (see the top of this file) */
+	if ((p->mode & CSI_MODE_NODE) && strcmp(r->node_id, p->node_id) != 0)
+		return csi_errorf(
+			err, GRPC_STATUS_NOT_FOUND,
+			"node_id '%s' does not exist (this --mode all "
+			"plugin is node '%.100s' and serves no other)",
+			r->node_id, p->node_id);
 	const char *endpoint =
 		csi_map_get(CSI_MAP(r, volume_context), "endpoint");
 	const char *region = csi_map_get(CSI_MAP(r, volume_context), "region");
@@ -1613,6 +1624,25 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 		rc = csi_s3_put_text(c, v.bucket, key, body, &e);
 		if (rc) {
 			st = csi_s3_status(rc, &e, err, "writing the lease");
+			goto out;
+		}
+	} else if (r->readonly || acc == ACC_RO) {
+		/* read-only where it is published read-write (this node's
+		 * grant, or its live lease) is incompatible, not idempotent */
+		struct lease_view lv;
+		rc = lease_read(c, &v, &lv, &e);
+		if (rc) {
+			st = csi_s3_status(rc, &e, err, "reading the lease");
+			goto out;
+		}
+		if (lv.present && strcmp(lv.host, r->node_id) == 0 &&
+		    (strcmp(lv.owner, "grant") == 0 || lease_live(&lv))) {
+			st = csi_errorf(
+				err, GRPC_STATUS_ALREADY_EXISTS,
+				"volume '%s' is published read-write to "
+				"node '%.100s'; readonly or a read-only "
+				"access_mode asks for it read-only there",
+				r->volume_id, r->node_id);
 			goto out;
 		}
 	}

@@ -94,18 +94,45 @@ static void give_volume(struct csi_node *n, int slot)
 /* ---- validation -----------------------------------------------------------
  */
 
+/* An id with no '/' (csi-sanity's "fake-vol-id-...") is one tierfs never
+ * made but harmless, as in controller.c: once every other field checks
+ * out, the volume does not exist (NOT_FOUND), or is not staged or
+ * published here (OK for the Unstage and Unpublish calls). Any other id
+ * that csi_volume_parse() refuses is INVALID_ARGUMENT. */
+static int never_made(const char *id)
+{
+	for (const char *s = id; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == '\\')
+			return 0;
+	return !strchr(id, '/') && strlen(id) <= CSI_VOLUME_ID_MAX &&
+	       !strstr(id, "..");
+}
+
 static grpc_status_code check_volume_id(const char *id,
 					struct csi_volume_ref *ref,
-					struct csi_error *err)
+					int *unknown, struct csi_error *err)
 {
 	char why[256];
+	*unknown = 0;
 	if (!id || !*id)
 		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
 				  "volume_id: required");
-	if (csi_volume_parse(id, ref, why, sizeof(why)) != 0)
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
-				  "volume_id: %s", why);
-	return GRPC_STATUS_OK;
+	if (csi_volume_parse(id, ref, why, sizeof(why)) == 0)
+		return GRPC_STATUS_OK;
+	if (never_made(id)) {
+		*unknown = 1;
+		return GRPC_STATUS_OK;
+	}
+	return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT, "volume_id: %s",
+			  why);
+}
+
+static grpc_status_code no_such_volume(const char *id, struct csi_error *err)
+{
+	return csi_errorf(err, GRPC_STATUS_NOT_FOUND,
+			  "volume_id '%s': no such volume (tierfs volume ids "
+			  "are BUCKET/PREFIX)",
+			  id);
 }
 
 /* An absolute path with no '.'/'..' segment and no control byte; out is
@@ -144,12 +171,31 @@ static grpc_status_code check_path(const char *field, const char *path,
 	return GRPC_STATUS_OK;
 }
 
+/* The volume_path of NodeGetVolumeStats and NodeExpandVolume: a relative
+ * path is no path the volume is at (NOT_FOUND, the spec's answer for a
+ * volume not at volume_path; csi-sanity asks at "some/path"), other bad
+ * paths are INVALID_ARGUMENT. */
+static grpc_status_code check_volume_path(const char *path, char out[PATH_MAX],
+					  struct csi_error *err)
+{
+	if (path && *path && path[0] != '/')
+		return csi_errorf(err, GRPC_STATUS_NOT_FOUND,
+				  "volume_path: not an absolute path, so the "
+				  "volume is not there");
+	return check_path("volume_path", path, out, err);
+}
+
 enum access { ACCESS_RW, ACCESS_RO, ACCESS_RWX };
 static const char *const access_names[] = {"rw", "ro", "rwx"};
 
-/* A mount capability with an access mode tierfs serves. */
+/* A mount capability with an access mode tierfs serves. A well-formed
+ * one that tierfs volumes do not have (block, another fs_type,
+ * MULTI_NODE_SINGLE_WRITER) gets `lacks`: the spec's "Exceeds
+ * capabilities" is FAILED_PRECONDITION for NodeStage and NodePublish,
+ * INVALID_ARGUMENT for NodeExpand. */
 static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
-					 int required, enum access *acc,
+					 int required, grpc_status_code lacks,
+					 enum access *acc,
 					 struct csi_error *err)
 {
 	if (!c) {
@@ -160,7 +206,7 @@ static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
 	}
 	if (c->access_type_case ==
 	    CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK)
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
+		return csi_errorf(err, lacks,
 				  "volume_capability: block access is not "
 				  "supported (tierfs volumes are filesystems)");
 	if (c->access_type_case !=
@@ -171,7 +217,7 @@ static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
 	if (c->mount->fs_type && *c->mount->fs_type &&
 	    strcmp(c->mount->fs_type, "tierfs") != 0 &&
 	    strcmp(c->mount->fs_type, "fuse") != 0)
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
+		return csi_errorf(err, lacks,
 				  "volume_capability.mount.fs_type '%.32s': "
 				  "tierfs volumes are tierfs",
 				  c->mount->fs_type);
@@ -192,7 +238,7 @@ static grpc_status_code check_capability(const Csi__V1__VolumeCapability *c,
 		*acc = ACCESS_RWX;
 		return GRPC_STATUS_OK;
 	case CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_SINGLE_WRITER:
-		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
+		return csi_errorf(err, lacks,
 				  "volume_capability.access_mode: "
 				  "MULTI_NODE_SINGLE_WRITER is not supported");
 	default:
@@ -501,12 +547,16 @@ static grpc_status_code stage(void *ctx, const ProtobufCMessage *req,
 	struct csi_volume_ref ref;
 	char staging[PATH_MAX];
 	enum access acc = ACCESS_RW;
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("staging_target_path", r->staging_target_path,
 				  staging, err);
 	if (!code)
-		code = check_capability(r->volume_capability, 1, &acc, err);
+		code = check_capability(r->volume_capability, 1,
+					GRPC_STATUS_FAILED_PRECONDITION, &acc,
+					err);
 	const char *ak = MAP_GET(r, secrets, "accessKeyID");
 	const char *sk = MAP_GET(r, secrets, "secretAccessKey");
 	const char *tok = MAP_GET(r, secrets, "sessionToken");
@@ -520,6 +570,8 @@ static grpc_status_code stage(void *ctx, const ProtobufCMessage *req,
 		code = check_context(r, err);
 	if (code)
 		return code;
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	if (tok && !*tok)
 		tok = NULL;
 
@@ -730,12 +782,21 @@ static grpc_status_code unstage(void *ctx, const ProtobufCMessage *req,
 	const Csi__V1__NodeUnstageVolumeRequest *r = (const void *)req;
 	struct csi_volume_ref ref;
 	char staging[PATH_MAX];
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("staging_target_path", r->staging_target_path,
 				  staging, err);
 	if (code)
 		return code;
+	if (unknown) { /* never staged here: nothing to do */
+		Csi__V1__NodeUnstageVolumeResponse *res =
+			csi_calloc(1, sizeof(*res));
+		csi__v1__node_unstage_volume_response__init(res);
+		*resp = &res->base;
+		return GRPC_STATUS_OK;
+	}
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
 		return csi_errorf(err, GRPC_STATUS_ABORTED,
@@ -816,16 +877,28 @@ static grpc_status_code publish(void *ctx, const ProtobufCMessage *req,
 	struct csi_volume_ref ref;
 	char staging[PATH_MAX], target[PATH_MAX];
 	enum access acc = ACCESS_RW;
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
-	if (!code)
-		code = check_path("staging_target_path", r->staging_target_path,
-				  staging, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("target_path", r->target_path, target, err);
 	if (!code)
-		code = check_capability(r->volume_capability, 1, &acc, err);
+		code = check_capability(r->volume_capability, 1,
+					GRPC_STATUS_FAILED_PRECONDITION, &acc,
+					err);
+	/* tierfs stages: no staging path is the spec's "Staging target
+	 * path not set", FAILED_PRECONDITION */
+	if (!code && (!r->staging_target_path || !*r->staging_target_path))
+		code = csi_errorf(err, GRPC_STATUS_FAILED_PRECONDITION,
+				  "staging_target_path: not set (tierfs stages "
+				  "volumes: NodeStageVolume first)");
+	if (!code)
+		code = check_path("staging_target_path", r->staging_target_path,
+				  staging, err);
 	if (code)
 		return code;
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	int ro = r->readonly || acc == ACCESS_RO;
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
@@ -914,11 +987,20 @@ static grpc_status_code unpublish(void *ctx, const ProtobufCMessage *req,
 	const Csi__V1__NodeUnpublishVolumeRequest *r = (const void *)req;
 	struct csi_volume_ref ref;
 	char target[PATH_MAX], tgt[PATH_MAX], dev[32];
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
 		code = check_path("target_path", r->target_path, target, err);
 	if (code)
 		return code;
+	if (unknown) { /* never published here: nothing to do */
+		Csi__V1__NodeUnpublishVolumeResponse *res =
+			csi_calloc(1, sizeof(*res));
+		csi__v1__node_unpublish_volume_response__init(res);
+		*resp = &res->base;
+		return GRPC_STATUS_OK;
+	}
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
 		return csi_errorf(err, GRPC_STATUS_ABORTED,
@@ -1008,11 +1090,15 @@ static grpc_status_code get_volume_stats(void *ctx, const ProtobufCMessage *req,
 	const Csi__V1__NodeGetVolumeStatsRequest *r = (const void *)req;
 	struct csi_volume_ref ref;
 	char path[PATH_MAX];
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
-		code = check_path("volume_path", r->volume_path, path, err);
+		code = check_volume_path(r->volume_path, path, err);
 	if (code)
 		return code;
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	struct staged *s = malloc(sizeof(*s));
 	if (!s)
 		return csi_errorf(err, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -1058,11 +1144,15 @@ static grpc_status_code expand(void *ctx, const ProtobufCMessage *req,
 	struct csi_volume_ref ref;
 	char path[PATH_MAX];
 	enum access acc;
-	grpc_status_code code = check_volume_id(r->volume_id, &ref, err);
+	int unknown;
+	grpc_status_code code =
+		check_volume_id(r->volume_id, &ref, &unknown, err);
 	if (!code)
-		code = check_path("volume_path", r->volume_path, path, err);
+		code = check_volume_path(r->volume_path, path, err);
 	if (!code)
-		code = check_capability(r->volume_capability, 0, &acc, err);
+		code = check_capability(r->volume_capability, 0,
+					GRPC_STATUS_INVALID_ARGUMENT, &acc,
+					err);
 	if (code)
 		return code;
 	const Csi__V1__CapacityRange *cr = r->capacity_range;
@@ -1074,6 +1164,8 @@ static grpc_status_code expand(void *ctx, const ProtobufCMessage *req,
 				  "capacity_range: required_bytes %" PRId64
 				  " is above limit_bytes %" PRId64,
 				  cr->required_bytes, cr->limit_bytes);
+	if (unknown)
+		return no_such_volume(r->volume_id, err);
 	int slot = take_volume(p->node, r->volume_id);
 	if (slot < 0)
 		return csi_errorf(err, GRPC_STATUS_ABORTED,

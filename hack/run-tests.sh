@@ -8,7 +8,7 @@
 # no cluster), then, against the local
 # Swift S3 (started here if it is not running, stopped again afterwards),
 # the C integration tests (ASan build), the pytest integration tests and
-# the CSI Controller's tests (tests/csi/test_csi_controller.py).
+# the CSI Controller's, Node's, life and csi-sanity tests (tests/csi).
 # TIERFS_ONLY=unit|integration runs one half (the CSI suite is in the
 # integration half); TIERFS_ONLY=csi runs the CSI suite alone, and
 # TIERFS_ONLY=deploy the packaging checks alone. Exit status:
@@ -151,6 +151,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = integration ]; then
 		run_pytest pytest-csi-node tests/csi/test_csi_node.py
 		# a user's whole volume life, and 20 volumes at once
 		run_pytest pytest-csi-life tests/csi/test_csi_life.py
+		# csi-sanity's checks, on tierfs-csi --mode all
+		run_pytest pytest-csi-sanity tests/csi/test_csi_sanity.py
 	fi
 	if [ "$started_s3" -eq 1 ]; then
 		hack/s3-local.sh stop >/dev/null 2>&1

@@ -5,6 +5,10 @@ build/asan/tierfs-csi) on a socket under tmp_path, waits for the socket and
 returns a Running with a connected csi_client.Plugin. After the test every
 plugin started is stopped with SIGTERM, and the test fails unless it exits
 0 and its socket is gone.
+
+With the local S3: `s3`, `bucket` and `secrets` (its credentials as a CSI
+secrets map); with mounts: `reap_mounts` detaches, after the test, every
+mount under tmp_path and kills the tierfs daemons a node left there.
 """
 
 import os
@@ -44,6 +48,40 @@ def bucket(s3, request):
         if objs:
             s3.delete_objects(Bucket=name, Delete={"Objects": objs})
     s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def secrets():
+    """The local S3's credentials as the secrets map tierfs-csi reads."""
+    return {"accessKeyID": os.environ["AWS_ACCESS_KEY_ID"],
+            "secretAccessKey": os.environ["AWS_SECRET_ACCESS_KEY"]}
+
+
+@pytest.fixture
+def reap_mounts(tmp_path):
+    """After the test: `umount -l` of every mount under tmp_path (deepest
+    first), then SIGKILL of every tierfs daemon a `state` file there
+    names."""
+    yield
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split()[4] for line in f]
+    for m in reversed(mounts):
+        if m.startswith(f"{tmp_path}/"):
+            subprocess.run(["umount", "-l", m], check=False)
+    for state in tmp_path.glob("**/state"):
+        if not state.is_file():
+            continue
+        for line in state.read_text(errors="replace").splitlines():
+            key, _, val = line.partition("=")
+            if key in ("supervisor", "worker") and val.isdigit() \
+                    and int(val) > 0:  # 0 would be our own group
+                try:  # a pid reused since is none of ours
+                    with open(f"/proc/{val}/cmdline", "rb") as f:
+                        if b"tierfs" not in f.read():
+                            continue
+                    os.kill(int(val), signal.SIGKILL)
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
 
 
 class Running:

@@ -383,7 +383,9 @@ def test_publish_before_stage_is_failed_precondition(node):
 
 # ---- bad input -----------------------------------------------------------
 
-BAD_IDS = [("", "volume_id"), ("node-csi", "volume_id"),
+# (an id with no "/" at all is one tierfs never made: NOT_FOUND or OK,
+# see test_csi_sanity.py)
+BAD_IDS = [("", "volume_id"), ("node-csi/", "volume_id"),
            ("node-csi/a/../b", "volume_id"), ("x" * 200, "volume_id"),
            ("node-csi/a\x00b", "volume_id")]
 BAD_PATHS = ["", "relative/path", "/tmp/a/../b", "/tmp/a\nb"]
@@ -406,29 +408,35 @@ def test_bad_paths_are_invalid_argument_naming_the_field(node, path):
     n = node()
     vol = vol_id("paths")
     good = n.staging(vol)
+    # a relative volume_path is where no volume is (test_csi_sanity.py)
+    at = NOT_FOUND if path and path[0] != "/" else INVALID
     cases = [
-        (n.stage(vol, staging=path), "staging_target_path"),
-        (n.unstage(vol, staging=path), "staging_target_path"),
-        (n.publish(vol, path, staging=good), "target_path"),
-        (n.unpublish(vol, path), "target_path"),
-        (n.stats(vol, path), "volume_path"),
-        (n.expand(vol, path, MiB), "volume_path"),
+        (n.stage(vol, staging=path), "staging_target_path", INVALID),
+        (n.unstage(vol, staging=path), "staging_target_path", INVALID),
+        (n.publish(vol, path, staging=good), "target_path", INVALID),
+        (n.unpublish(vol, path), "target_path", INVALID),
+        (n.stats(vol, path), "volume_path", at),
+        (n.expand(vol, path, MiB), "volume_path", at),
     ]
-    for (code, detail), field in cases:
-        assert code == INVALID, (field, detail)
+    for (code, detail), field, want in cases:
+        assert code == want, (field, detail)
         assert field in detail, detail
 
 
-def test_capabilities_tierfs_cannot_serve_are_invalid_argument(node):
+def test_capabilities_tierfs_cannot_serve_fail_and_bad_ones_are_invalid(
+        node):
+    """What tierfs volumes lack is the spec's 'Exceeds capabilities'
+    (FAILED_PRECONDITION); a capability missing or malformed is
+    INVALID_ARGUMENT."""
     n = node()
     vol = vol_id("caps")
     for cap, word in ((n.cap(block=True), "block"),
                       (n.cap("MULTI_NODE_SINGLE_WRITER"),
                        "MULTI_NODE_SINGLE_WRITER")):
         code, detail = n.stage(vol, cap=cap)
-        assert code == INVALID and word in detail, detail
+        assert code == PRECONDITION and word in detail, detail
         code, detail = n.publish(vol, n.target(vol), cap=cap)
-        assert code == INVALID and word in detail, detail
+        assert code == PRECONDITION and word in detail, detail
     req = n.pb.NodeStageVolumeRequest(volume_id=vol,
                                       staging_target_path=n.staging(vol),
                                       secrets=SECRETS)
