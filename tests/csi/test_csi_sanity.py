@@ -248,7 +248,7 @@ def test_controller_unpublish_without_a_node_id_unpublishes_everywhere(
     published to. Read-write publishes hold a write grant in S3."""
     pb = plugin.pb2
     vol = create(plugin, bucket, secrets, "sanity-unpublish-all")
-    lease = vol.volume_id.split("/", 1)[1] + "/.tierfs/lease"
+    lease = vol.volume_id.split("#")[0].split("/", 1)[1] + "/.tierfs/lease"
     plugin.ControllerPublishVolume(pb.ControllerPublishVolumeRequest(
         volume_id=vol.volume_id, node_id=NODE, volume_capability=cap(pb),
         secrets=secrets), timeout=30)
