@@ -114,6 +114,19 @@ def status_of(call, *args, **kw):
         return e.code(), e.details()
 
 
+def volume_cap(pb, mode="SINGLE_NODE_WRITER", block=False, group=""):
+    """A VolumeCapability: access mode by name, mount (with a
+    volume_mount_group) or block."""
+    c = pb.VolumeCapability(access_mode=pb.VolumeCapability.AccessMode(
+        mode=getattr(pb.VolumeCapability.AccessMode, mode)))
+    if block:
+        c.block.SetInParent()
+    else:
+        c.mount.SetInParent()
+        c.mount.volume_mount_group = group
+    return c
+
+
 def csi_bin():
     return os.environ.get("TIERFS_CSI_BIN",
                           str(ROOT / "build" / "asan" / "tierfs-csi"))

@@ -30,7 +30,7 @@ skip_unless_s3()
 
 import boto3  # noqa: E402
 
-from csi_client import csi_bin, status_of  # noqa: E402
+from csi_client import csi_bin, status_of, volume_cap  # noqa: E402
 
 OK = grpc.StatusCode.OK
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -104,15 +104,7 @@ class Node:
         return str(self.root / pod / "mount")
 
     def cap(self, mode="SINGLE_NODE_WRITER", block=False, group=""):
-        pb = self.pb
-        c = pb.VolumeCapability(access_mode=pb.VolumeCapability.AccessMode(
-            mode=getattr(pb.VolumeCapability.AccessMode, mode)))
-        if block:
-            c.block.SetInParent()
-        else:
-            c.mount.SetInParent()
-            c.mount.volume_mount_group = group
-        return c
+        return volume_cap(self.pb, mode, block, group)
 
     def stage(self, vol, cap=None, secrets=None, context=None, staging=None):
         req = self.pb.NodeStageVolumeRequest(

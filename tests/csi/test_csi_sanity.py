@@ -27,7 +27,7 @@ from s3util import skip_unless_s3  # noqa: E402
 
 skip_unless_s3(fuse=False)
 
-from csi_client import status_of  # noqa: E402
+from csi_client import status_of, volume_cap  # noqa: E402
 
 OK = grpc.StatusCode.OK
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -57,13 +57,7 @@ def plugin(start_plugin, bucket, tmp_path, reap_mounts):
 
 
 def cap(pb, mode="SINGLE_NODE_WRITER", block=False):
-    c = pb.VolumeCapability(access_mode=pb.VolumeCapability.AccessMode(
-        mode=getattr(pb.VolumeCapability.AccessMode, mode)))
-    if block:
-        c.block.SetInParent()
-    else:
-        c.mount.SetInParent()
-    return c
+    return volume_cap(pb, mode, block)
 
 
 def create(p, bucket, secrets, name, size=GiB, **kw):
