@@ -122,13 +122,14 @@ def test_lifecycle_persistent_only_since_publish_needs_staging(driver, chart):
     assert spec["volumeLifecycleModes"] == ["Persistent"]
     assert "STAGE_UNSTAGE_VOLUME" in driver.node_caps
     pb = driver.pb2
-    # an inline ephemeral volume is published with no staging path
+    # an inline ephemeral volume is published with no staging path: the
+    # spec's FAILED_PRECONDITION for STAGE_UNSTAGE_VOLUME without one
     code, msg = status_of(driver.plugin.NodePublishVolume,
                           pb.NodePublishVolumeRequest(
                               volume_id="tierfs/ns/inline",
                               target_path="/tmp/tierfs-deploy-test/t",
                               volume_capability=mount_cap(pb)))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert "staging_target_path" in msg
 
 

@@ -127,7 +127,8 @@ def test_driver_takes_the_rox_handle_for_a_read_only_publish(driver):
     code, msg = status_of(driver.plugin.ControllerPublishVolume,
                           pb.ControllerPublishVolumeRequest(
                               volume_id=pv["spec"]["csi"]["volumeHandle"],
-                              node_id="node-1", volume_capability=cap,
+                              node_id=driver.node_info.node_id,
+                              volume_capability=cap,
                               readonly=True,
                               volume_context=pv["spec"]["csi"].get(
                                   "volumeAttributes", {})))
