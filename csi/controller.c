@@ -581,7 +581,9 @@ static void context_from_marker(struct kvlist *l, const char *marker)
 		if (options[i].ctx &&
 		    csi_kv_get(marker, options[i].key, v, sizeof(v)) == 0)
 			kv_add(l, options[i].key, v);
-	if (csi_kv_get(marker, "capacity", v, sizeof(v)) == 0)
+	/* as CreateVolume first answered: expansion changes "capacity" */
+	if (csi_kv_get(marker, "context_capacity", v, sizeof(v)) == 0 ||
+	    csi_kv_get(marker, "capacity", v, sizeof(v)) == 0)
 		kv_add(l, "capacity", v);
 }
 
@@ -795,11 +797,12 @@ static void marker_build(char *out, size_t len, const char *name, int64_t cap,
 			 const struct csi_volume_ref *v,
 			 const struct vparams *vp, const char *source)
 {
-	size_t o = (size_t)snprintf(out, len,
-				    "format=" MARKER_FORMAT "\nname=%s\n"
-				    "generation=%s\ncapacity=%" PRId64
-				    "\nprefix=%s\n",
-				    name, v->gen, cap, v->prefix);
+	size_t o =
+		(size_t)snprintf(out, len,
+				 "format=" MARKER_FORMAT "\nname=%s\n"
+				 "generation=%s\ncapacity=%" PRId64
+				 "\ncontext_capacity=%" PRId64 "\nprefix=%s\n",
+				 name, v->gen, cap, cap, v->prefix);
 	for (size_t i = 0; i < N_OPTIONS && o < len; i++) {
 		const char *val = vp_get(vp, options[i].off);
 		if (!val && strcmp(options[i].key, "onDelete") == 0)

@@ -464,8 +464,16 @@ def test_expand_updates_the_marker_and_never_shrinks(ctl, s3, bucket):
     assert expand(0, 0)[0] == INVALID
     assert expand(0, 5 * GiB)[0] == grpc.StatusCode.OUT_OF_RANGE
     assert expand(GiB, vid=f"{bucket}/gone")[0] == grpc.StatusCode.NOT_FOUND
-    # the repeated CreateVolume still matches (capacity only grew)
-    assert create(p, bucket, name="pvc-x").capacity_bytes == 20 * GiB
+    # the repeated CreateVolume still matches (capacity only grew), and
+    # the volume_context stays what CreateVolume first answered (the
+    # spec: a volume's context never changes)
+    again = create(p, bucket, name="pvc-x")
+    assert again.capacity_bytes == 20 * GiB
+    assert again.volume_context == vol.volume_context
+    (listed,) = [e.volume for e in p.ListVolumes(
+        pb.ListVolumesRequest(), timeout=30).entries
+        if e.volume.volume_id == vol.volume_id]
+    assert listed.volume_context == vol.volume_context
 
 
 # --- ControllerPublishVolume / Unpublish --------------------------------------
