@@ -94,13 +94,6 @@ static int has_ctl(const char *s)
 	return 0;
 }
 
-/* An id tierfs never made but that is harmless (see the top). */
-static int foreign_id(const char *id)
-{
-	return !strchr(id, '/') && strlen(id) <= CSI_VOLUME_ID_MAX &&
-	       !has_ctl(id) && !strstr(id, "..") && !strchr(id, '\\');
-}
-
 static grpc_status_code vol_ref(const char *field, const char *id,
 				struct csi_volume_ref *ref, int *foreign,
 				struct csi_error *err)
@@ -112,7 +105,7 @@ static grpc_status_code vol_ref(const char *field, const char *id,
 	char why[256];
 	if (csi_volume_parse(id, ref, why, sizeof(why)) == 0)
 		return GRPC_STATUS_OK;
-	if (foreign_id(id)) {
+	if (csi_volume_never_made(id)) {
 		*foreign = 1;
 		return GRPC_STATUS_OK;
 	}
@@ -198,7 +191,7 @@ static grpc_status_code snap_ref_parse(const char *field, const char *id,
 	if (!id || !*id)
 		return csi_errorf(err, GRPC_STATUS_INVALID_ARGUMENT,
 				  "%s is required", field);
-	if (foreign_id(id)) {
+	if (csi_volume_never_made(id)) {
 		*foreign = 1;
 		return GRPC_STATUS_OK;
 	}
@@ -637,17 +630,14 @@ static int marker_get(s3_client *c, const struct csi_volume_ref *v, char *buf,
  * which no id can name). */
 static void gen_from_marker(struct csi_volume_ref *v, const char *marker)
 {
-	char g[32];
-	struct csi_volume_ref probe = *v;
+	char g[32], id[CSI_VOLUME_ID_MAX + 1];
 	v->gen[0] = '\0';
-	if (csi_kv_get(marker, "generation", g, sizeof(g)) != 0 ||
-	    strlen(g) != CSI_GEN_HEX)
-		return;
-	memcpy(probe.gen, g, CSI_GEN_HEX + 1);
-	char id[CSI_VOLUME_ID_MAX + 1], why[8];
-	if (csi_volume_id(&probe, id) == 0 &&
-	    csi_volume_parse(id, &probe, why, sizeof(why)) == 0)
+	if (csi_kv_get(marker, "generation", g, sizeof(g)) == 0 &&
+	    csi_volume_gen_ok(g)) {
 		memcpy(v->gen, g, CSI_GEN_HEX + 1);
+		if (csi_volume_id(v, id) != 0) /* too long to carry it */
+			v->gen[0] = '\0';
+	}
 }
 
 /* Whether the marker is the one of the volume v names (its generation). */

@@ -94,20 +94,10 @@ static void give_volume(struct csi_node *n, int slot)
 /* ---- validation -----------------------------------------------------------
  */
 
-/* An id with no '/' (csi-sanity's "fake-vol-id-...") is one tierfs never
- * made but harmless, as in controller.c: once every other field checks
- * out, the volume does not exist (NOT_FOUND), or is not staged or
- * published here (OK for the Unstage and Unpublish calls). Any other id
- * that csi_volume_parse() refuses is INVALID_ARGUMENT. */
-static int never_made(const char *id)
-{
-	for (const char *s = id; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == '\\')
-			return 0;
-	return !strchr(id, '/') && strlen(id) <= CSI_VOLUME_ID_MAX &&
-	       !strstr(id, "..");
-}
-
+/* An id tierfs never made (csi_volume_never_made()): once every other
+ * field checks out, the volume does not exist (NOT_FOUND), or is not
+ * staged or published here (OK for the Unstage and Unpublish calls). Any
+ * other id that csi_volume_parse() refuses is INVALID_ARGUMENT. */
 static grpc_status_code check_volume_id(const char *id,
 					struct csi_volume_ref *ref,
 					int *unknown, struct csi_error *err)
@@ -119,7 +109,7 @@ static grpc_status_code check_volume_id(const char *id,
 				  "volume_id: required");
 	if (csi_volume_parse(id, ref, why, sizeof(why)) == 0)
 		return GRPC_STATUS_OK;
-	if (never_made(id)) {
+	if (csi_volume_never_made(id)) {
 		*unknown = 1;
 		return GRPC_STATUS_OK;
 	}

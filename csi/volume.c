@@ -84,7 +84,7 @@ int csi_prefix_check(const char *prefix, char *why, size_t len)
 	return 0;
 }
 
-static int gen_ok(const char *g)
+int csi_volume_gen_ok(const char *g)
 {
 	if (strlen(g) != CSI_GEN_HEX)
 		return 0;
@@ -120,7 +120,7 @@ int csi_volume_parse(const char *id, struct csi_volume_ref *out, char *why,
 	out->prefix[pl] = '\0';
 	out->gen[0] = '\0';
 	if (hash) {
-		if (!gen_ok(hash + 1))
+		if (!csi_volume_gen_ok(hash + 1))
 			return fail(why, len,
 				    "volume id's generation (after '#') must "
 				    "be %s lower-case hex digits",
@@ -128,6 +128,15 @@ int csi_volume_parse(const char *id, struct csi_volume_ref *out, char *why,
 		memcpy(out->gen, hash + 1, CSI_GEN_HEX + 1);
 	}
 	return csi_prefix_check(out->prefix, why, len);
+}
+
+int csi_volume_never_made(const char *id)
+{
+	for (const char *s = id; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f || *s == '\\')
+			return 0;
+	return !strchr(id, '/') && strlen(id) <= CSI_VOLUME_ID_MAX &&
+	       !strstr(id, "..");
 }
 
 int csi_volume_make(const char *bucket, const char *prefix,

@@ -62,6 +62,13 @@ int csi_volume_make(const char *bucket, const char *prefix,
  * which a ref from csi_volume_make() or csi_volume_parse() never does. */
 int csi_volume_id(const struct csi_volume_ref *v,
 		  char id[CSI_VOLUME_ID_MAX + 1]);
+/* An id tierfs never made but that is harmless: no '/' at all (e.g.
+ * csi-sanity's "fake-vol-id-..."), at most CSI_VOLUME_ID_MAX bytes, with
+ * no control byte, backslash or "..". Calls answer it NOT_FOUND, or OK
+ * where the spec says a missing object is success. 1 or 0. */
+int csi_volume_never_made(const char *id);
+/* Whether g is a generation: CSI_GEN_HEX lower-case hex digits. 1 or 0. */
+int csi_volume_gen_ok(const char *g);
 /* A fresh generation: CSI_GEN_HEX hex digits from getrandom(). 0 or
  * -errno. */
 int csi_volume_gen(char gen[CSI_GEN_HEX + 1]);

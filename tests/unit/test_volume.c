@@ -105,6 +105,19 @@ static void test_bad_ids_are_refused_with_a_reason(void **state)
 	}
 }
 
+static void test_ids_tierfs_never_made_are_told_apart(void **state)
+{
+	(void)state;
+	assert_true(csi_volume_never_made("fake-vol-id-123"));
+	assert_false(csi_volume_never_made("homes/x")); /* could be ours */
+	assert_false(csi_volume_never_made("a..b"));	/* traversal */
+	assert_false(csi_volume_never_made("a\\b"));	/* backslash */
+	assert_false(csi_volume_never_made("a\nb"));	/* control byte */
+	assert_true(csi_volume_gen_ok("0123abcd"));
+	assert_false(csi_volume_gen_ok("0123ABCD"));
+	assert_false(csi_volume_gen_ok("0123abc"));
+}
+
 static void test_an_id_longer_than_128_bytes_is_refused(void **state)
 {
 	(void)state;
@@ -230,6 +243,7 @@ int main(void)
 		cmocka_unit_test(test_bad_ids_are_refused_with_a_reason),
 		cmocka_unit_test(
 			test_a_generation_names_one_volume_at_a_prefix),
+		cmocka_unit_test(test_ids_tierfs_never_made_are_told_apart),
 		cmocka_unit_test(test_an_id_longer_than_128_bytes_is_refused),
 		cmocka_unit_test(test_make_keeps_a_short_prefix_as_it_is),
 		cmocka_unit_test(
