@@ -1318,12 +1318,16 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		mask |= META_SET_CTIME;
 		in.ctime = attr->st_ctim;
 	}
+	meta_batch_begin();
 	rc = meta_setattr(fs->meta, ino, mask, &in, &out);
 	space_give(fs, held);
+	if (!rc)
+		mark_dirty(fs, ino,
+			   (mask & META_SET_SIZE) ? META_DIRTY_DATA
+						  : META_DIRTY_ATTR);
+	meta_batch_end(fs->meta);
 	if (rc)
 		goto fail;
-	mark_dirty(fs, ino,
-		   (mask & META_SET_SIZE) ? META_DIRTY_DATA : META_DIRTY_ATTR);
 	to_stat(&out, &st);
 	fuse_reply_attr(req, &st, fs->cfg.attr_timeout);
 	return;
@@ -1365,16 +1369,18 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 			       .ctime = now};
 	if (target)
 		in.size = strlen(target);
+	meta_batch_begin(); /* the node and its dirty flags: one commit */
 	rc = meta_create(fs->meta, parent, name, &in, target, out);
 	/* resent after a worker died: the create may be the dead worker's */
 	if (rc == -EEXIST && serve_request_resent() &&
 	    meta_lookup(fs->meta, parent, name, out) == 0 &&
 	    (out->mode & S_IFMT) == (mode & S_IFMT))
-		return 0;
-	if (rc == 0) {
+		rc = 0;
+	else if (rc == 0) {
 		mark_dirty(fs, out->ino, META_DIRTY_NAME);
 		mark_dirty(fs, parent, META_DIRTY_ATTR); /* its mtime */
 	}
+	meta_batch_end(fs->meta);
 	return rc;
 }
 
@@ -1431,6 +1437,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	char *key = NULL;
 	if (!rc)
 		rc = layout_key(fs->prefix, path, want_dir, &key);
+	meta_batch_begin();
 	if (!rc)
 		rc = meta_unlink_queue(fs->meta, parent, name, want_dir, key,
 				       &ino);
@@ -1438,6 +1445,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = 0; /* the dead worker removed it already */
 	if (!rc)
 		mark_dirty(fs, parent, META_DIRTY_ATTR);
+	meta_batch_end(fs->meta);
 	free(key);
 	free(path);
 	fuse_reply_err(req, -rc);
@@ -1757,18 +1765,21 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	struct fs *fs = FS(req);
 	struct meta_attr a;
 	int rc = read_only(fs) ? -EROFS : check_name(newname);
+	meta_batch_begin();
 	if (!rc)
 		rc = meta_link(fs->meta, ino, newparent, newname, &a);
 	if (rc == -EEXIST && serve_request_resent() &&
 	    meta_lookup(fs->meta, newparent, newname, &a) == 0 && a.ino == ino)
 		rc = 0; /* the dead worker linked it */
-	if (rc) {
-		fuse_reply_err(req, -rc);
-		return;
+	if (!rc) {
+		mark_dirty(fs, ino, META_DIRTY_NAME);
+		mark_dirty(fs, newparent, META_DIRTY_ATTR);
 	}
-	mark_dirty(fs, ino, META_DIRTY_NAME);
-	mark_dirty(fs, newparent, META_DIRTY_ATTR);
-	reply_entry(req, &a);
+	meta_batch_end(fs->meta);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		reply_entry(req, &a);
 }
 
 /* Open files, by inode: the kernel's file handle is the inode number, so
@@ -1869,12 +1880,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fs *fs = FS(req);
 	struct meta_attr a;
 	struct fuse_entry_param e;
+	meta_batch_begin();
 	int rc = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL,
 			   &a);
 	if (!rc) {
 		mark_dirty(fs, a.ino, META_DIRTY_DATA);
 		rc = open_handle(fs, a.ino, fi);
 	}
+	meta_batch_end(fs->meta);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
@@ -1933,13 +1946,16 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct meta_attr in = {.size = data_size(df), .mtime = fs_now_real()};
 	struct meta_attr out;
 	data_put(df);
+	meta_batch_begin();
 	/* grow only: two writes answered in the other order must not leave
 	 * the smaller end as the size */
 	meta_setattr(fs->meta, ino,
-		     (in.size != old ? META_SET_GROW : 0) | META_SET_MTIME, &in,
-		     &out);
+		     (in.size != old ? META_SET_GROW : 0) | META_SET_MTIME |
+			     META_SET_LAZY,
+		     &in, &out);
 	space_give(fs, held);
 	mark_dirty(fs, ino, META_DIRTY_DATA);
+	meta_batch_end(fs->meta);
 	fuse_reply_write(req, (size_t)n);
 }
 
@@ -1963,7 +1979,6 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 {
 	struct fs *fs = FS(req);
 	struct data_file *df;
-	(void)datasync;
 	(void)fi;
 	int rc;
 	if (fs->cfg.durability_local) {
@@ -1974,7 +1989,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 			data_put(df);
 		}
 		if (!rc)
-			rc = meta_commit(fs->meta);
+			rc = meta_sync(fs->meta, ino, datasync);
 		fuse_reply_err(req, -rc);
 		return;
 	}

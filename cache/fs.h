@@ -36,6 +36,8 @@
 #define FS_DEFAULT_TIMEOUT_S 3600.0 /* RWO: this node is the only writer */
 #define FS_MAX_WRITE (1u << 20)
 #define FS_FLUSH_TICK_MS 100u
+#define FS_LAZY_COMMIT_MS                                                      \
+	50u /* a write's mtime, at most this late in the store */
 #define FS_DEFAULT_SNAPSHOT_INTERVAL_MS (300u * 1000u)
 #define FS_DEFAULT_RECONCILE_INTERVAL_MS (600u * 1000u)
 

@@ -22,13 +22,17 @@
  * Store states:
  *   IDLE --first change: BEGIN IMMEDIATE--> IN_TXN
  *   IN_TXN --timer (commit_interval_ms) / meta_commit() / every change when
- *            commit_interval_ms is 0--> IDLE
+ *            commit_interval_ms is 0 (the end of a meta_batch_begin()/end()
+ *            pair inside one; a META_SET_LAZY change waits for the timer,
+ *            lazy_commit_ms, or the next other change)--> IDLE
  *   any --SQLite rolled the whole transaction back (I/O error, disk full)
  *         --> FAILED: reads go on from memory, changes return -EIO.
- * Timer commits use synchronous=NORMAL: durable against a crash of the
- * daemon, not of the machine. meta_commit() switches to FULL for its
- * COMMIT, so the WAL (every earlier frame included) is fsync'ed: what it
- * acknowledges survives a power loss.
+ * Commits use synchronous=NORMAL: durable against a crash of the daemon,
+ * not of the machine. meta_commit() then fsyncs the WAL (every earlier
+ * frame included), so what it acknowledges survives a power loss; each
+ * such fsync ends a sync epoch. An inode remembers the epoch of its last
+ * change (and of its last change fdatasync needs), so meta_sync() skips
+ * the fsync when that epoch is over.
  *
  * Inode lifecycle:
  *   LINKED (nlink > 0) --last name removed, nlookup > 0--> ORPHAN
@@ -127,12 +131,16 @@ struct xattr {
 struct dentry;
 
 struct inode {
-	struct hnode h;	      /* in meta->inodes, by a.ino */
-	struct meta_attr a;   /* a.dirty and a.generation live here too */
-	uint64_t seq;	      /* change counter (change_seq column) */
-	uint64_t nlookup;     /* the kernel's references; memory only */
-	char *target;	      /* symlink target or NULL; owned */
-	char *etag;	      /* owned; NULL when none */
+	struct hnode h;	    /* in meta->inodes, by a.ino */
+	struct meta_attr a; /* a.dirty and a.generation live here too */
+	uint64_t seq;	    /* change counter (change_seq column) */
+	uint64_t nlookup;   /* the kernel's references; memory only */
+	char *target;	    /* symlink target or NULL; owned */
+	char *etag;	    /* owned; NULL when none */
+	/* meta->sync_epoch at its last change, and at its last change that
+	 * fdatasync must make durable (existence, size, links, dirty flags):
+	 * durable once that epoch is over (meta_sync()) */
+	uint64_t sync_all, sync_data;
 	struct xattr *xattrs; /* owned list */
 	struct dentry *names; /* dentries naming this inode, cookie order */
 	/* directories: entries in cookie order */
@@ -249,6 +257,7 @@ struct meta {
 	struct timespec txn_start;  /* CLOCK_MONOTONIC, when BEGIN ran */
 	int counters_dirty;	    /* next_ino/next_cookie to write */
 	int unsynced;		    /* commits since the last fsync'ed one */
+	uint64_t sync_epoch;	    /* 1 + the fsync'ed commits so far */
 	int failed;		    /* 0, or -errno once a txn was lost */
 
 	struct htab inodes;   /* struct inode, by ino */
@@ -1004,11 +1013,31 @@ static int txn_write_counters(struct meta *m)
 	return rc ? rc : db_kv_put(m, "next_cookie", m->next_cookie);
 }
 
+/* fsyncs the WAL, which holds every commit made so far (each one's frames
+ * were written by its COMMIT; synchronous=NORMAL only leaves out the
+ * fsync). SQLite's own xSync of the file does it, so the directory is
+ * fsync'ed too the first time, as a synchronous=FULL commit would. */
+static int wal_sync(struct meta *m)
+{
+	sqlite3_file *wal = NULL;
+	int rc = sqlite3_file_control(m->db, "main",
+				      SQLITE_FCNTL_JOURNAL_POINTER, &wal);
+	if (rc != SQLITE_OK || !wal || !wal->pMethods) {
+		meta_log("%s: no write-ahead log to sync", m->path);
+		return -EIO;
+	}
+	rc = wal->pMethods->xSync(wal, SQLITE_SYNC_NORMAL);
+	if (rc != SQLITE_OK) {
+		meta_log("%s: fsync of the write-ahead log: %s", m->path,
+			 sqlite3_errstr(rc));
+		return -EIO;
+	}
+	return 0;
+}
+
 /* Commits the open transaction (synchronous=NORMAL: no fsync). durable:
- * then, if any commit is not yet fsync'ed, runs one small transaction (the
- * counters row) under synchronous=FULL, whose fsync of the WAL covers
- * every earlier frame; SQLite does not allow changing the level inside a
- * transaction. A failed COMMIT that leaves the transaction open
+ * then, if any commit is not yet fsync'ed, fsyncs the WAL, and a new
+ * sync epoch begins. A failed COMMIT that leaves the transaction open
  * (SQLITE_BUSY) is retried by the next commit. */
 static int txn_commit(struct meta *m, int durable)
 {
@@ -1030,23 +1059,11 @@ static int txn_commit(struct meta *m, int durable)
 	}
 	if (!durable || !m->unsynced)
 		return 0;
-	rc = db_exec(m, "PRAGMA synchronous=FULL");
-	if (rc)
-		return rc;
-	rc = db_run(m, m->st[ST_BEGIN]);
+	rc = wal_sync(m);
 	if (!rc) {
-		rc = txn_write_counters(m);
-		if (!rc)
-			rc = db_run(m, m->st[ST_COMMIT]);
-		if (rc && !sqlite3_get_autocommit(m->db) &&
-		    db_exec(m, "ROLLBACK") != 0)
-			meta_log("%s: rollback of the sync commit failed",
-				 m->path);
-	}
-	if (db_exec(m, "PRAGMA synchronous=NORMAL") != 0)
-		meta_log("%s: could not return to synchronous=NORMAL", m->path);
-	if (!rc)
 		m->unsynced = 0;
+		m->sync_epoch++;
+	}
 	return rc;
 }
 
@@ -1120,18 +1137,41 @@ static int op_end(struct meta *m, struct op *op, int rc)
 	return rc;
 }
 
-/* After a change is applied in memory. */
-static void op_done(struct meta *m, struct op *op)
+/* Changes made by this thread inside meta_batch_begin()/end(): they are
+ * committed together by the end, not one by one; batch_eager: one of them
+ * is not lazy (see op_done_lazy()). */
+static __thread int batch_depth, batch_eager;
+
+/* After a change is applied in memory. lazy: the change may wait for the
+ * committer (lazy_commit_ms) when commits are otherwise immediate. */
+static void op_done_lazy(struct meta *m, struct op *op, int lazy)
 {
-	for (int i = 0; i < op->n; i++)
-		if (op->r[i].gone)
-			inode_destroy(m, op->r[i].in);
-	if (m->cfg.commit_interval_ms == 0) {
+	for (int i = 0; i < op->n; i++) {
+		struct inode *in = op->r[i].in;
+		const struct meta_attr *was = &op->r[i].a;
+		if (op->r[i].gone) {
+			inode_destroy(m, in);
+			continue;
+		}
+		in->sync_all = m->sync_epoch;
+		if (in->a.size != was->size || in->a.nlink != was->nlink ||
+		    in->a.dirty != was->dirty)
+			in->sync_data = m->sync_epoch;
+	}
+	if (!lazy && batch_depth > 0)
+		batch_eager = 1;
+	if (m->cfg.commit_interval_ms == 0 && batch_depth == 0 &&
+	    !(lazy && m->has_committer)) {
 		int rc = txn_commit(m, 0);
 		if (rc)
 			meta_log("%s: commit: %s", m->path, strerror(-rc));
 	}
 	debug_check(m);
+}
+
+static void op_done(struct meta *m, struct op *op)
+{
+	op_done_lazy(m, op, 0);
 }
 
 static void *committer_main(void *arg)
@@ -1145,10 +1185,12 @@ static void *committer_main(void *arg)
 				meta_log("pthread_cond_wait: %s", strerror(rc));
 			continue;
 		}
+		unsigned wait = m->cfg.commit_interval_ms
+					? m->cfg.commit_interval_ms
+					: m->cfg.lazy_commit_ms;
 		struct timespec due = m->txn_start;
-		due.tv_sec += m->cfg.commit_interval_ms / 1000;
-		due.tv_nsec +=
-			(long)(m->cfg.commit_interval_ms % 1000) * 1000000L;
+		due.tv_sec += wait / 1000;
+		due.tv_nsec += (long)(wait % 1000) * 1000000L;
 		if (due.tv_nsec >= 1000000000L) {
 			due.tv_sec++;
 			due.tv_nsec -= 1000000000L;
@@ -1544,7 +1586,14 @@ int meta_open(const struct meta_config *cfg, struct meta **out)
 	rc = load(m);
 	if (rc)
 		goto fail_5;
-	if (m->cfg.commit_interval_ms) {
+	/* what an earlier run committed may not be fsync'ed yet: once it
+	 * is, every loaded inode counts as durable (meta_sync()) */
+	m->sync_epoch = 1;
+	m->unsynced = 1;
+	rc = txn_commit(m, 1);
+	if (rc)
+		goto fail_5;
+	if (m->cfg.commit_interval_ms || m->cfg.lazy_commit_ms) {
 		rc = -pthread_create(&m->committer, NULL, committer_main, m);
 		if (rc)
 			goto fail_5;
@@ -1599,10 +1648,42 @@ void meta_close(struct meta *m)
 	free(m);
 }
 
+void meta_batch_begin(void)
+{
+	batch_depth++;
+}
+
+int meta_batch_end(struct meta *m)
+{
+	int rc = 0;
+	if (batch_depth > 0 && --batch_depth > 0)
+		return 0;
+	int eager = batch_eager || !m->has_committer;
+	batch_eager = 0;
+	lock(m);
+	if (m->cfg.commit_interval_ms == 0 && m->txn_open && eager)
+		rc = txn_commit(m, 0);
+	unlock(m);
+	if (rc)
+		meta_log("%s: commit: %s", m->path, strerror(-rc));
+	return rc;
+}
+
 int meta_commit(struct meta *m)
 {
 	lock(m);
 	int rc = txn_commit(m, 1);
+	unlock(m);
+	return rc;
+}
+
+int meta_sync(struct meta *m, uint64_t ino, int datasync)
+{
+	lock(m);
+	struct inode *in = inode_find(m, ino);
+	int rc = 0;
+	if (!in || (datasync ? in->sync_data : in->sync_all) >= m->sync_epoch)
+		rc = txn_commit(m, 1);
 	unlock(m);
 	return rc;
 }
@@ -2168,6 +2249,7 @@ int meta_create(struct meta *m, uint64_t parent, const char *name,
 	in->a.rdev = attr->rdev;
 	in->a.dirty = META_DIRTY_NAME;
 	in->seq = 1;
+	in->sync_all = in->sync_data = m->sync_epoch;
 	d->cookie = m->next_cookie;
 	d->dir = dir;
 	d->ino = in;
@@ -2528,12 +2610,14 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 {
 	const unsigned known = META_SET_MODE | META_SET_UID | META_SET_GID |
 			       META_SET_SIZE | META_SET_GROW | META_SET_ATIME |
-			       META_SET_MTIME | META_SET_CTIME;
+			       META_SET_MTIME | META_SET_CTIME | META_SET_LAZY;
 	if ((mask & ~known) || (mask && !attr) ||
 	    (mask & META_SET_ATIME && !ts_valid(attr->atime)) ||
 	    (mask & META_SET_MTIME && !ts_valid(attr->mtime)) ||
 	    (mask & META_SET_CTIME && !ts_valid(attr->ctime)))
 		return -EINVAL;
+	unsigned lazy = mask & META_SET_LAZY;
+	mask &= ~(unsigned)META_SET_LAZY;
 	lock(m);
 	struct inode *in = inode_find(m, ino);
 	int rc = 0;
@@ -2558,6 +2642,7 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 		return rc;
 	}
 	uint64_t old_size = in->a.size;
+	uint32_t old_dirty = in->a.dirty;
 	op_touch(&op, in);
 	struct meta_attr *a = &in->a;
 	if (mask & META_SET_MODE)
@@ -2593,7 +2678,9 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 			m->bytes = m->bytes - old_size + a->size;
 		if (out)
 			*out = *a;
-		op_done(m, &op);
+		op_done_lazy(m, &op,
+			     lazy && a->size == old_size &&
+				     a->dirty == old_dirty);
 	}
 	unlock(m);
 	return rc;

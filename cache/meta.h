@@ -57,11 +57,18 @@ struct meta_attr {
 /* attr->size if larger than the current size (a write's end): writes
  * answered out of order never shrink a file */
 #define META_SET_GROW 0x80
+/* the change may wait up to lazy_commit_ms for its commit, when it moves
+ * neither the size nor a dirty flag (a write's mtime: with the kernel's
+ * writeback cache, the kernel holds the mtime and sends it again) */
+#define META_SET_LAZY 0x100
 
 struct meta_config {
 	const char *path; /* the SQLite file, e.g. CACHE_DIR/meta.db */
 	unsigned commit_interval_ms; /* group commit; 0: commit every change */
-	uint32_t root_mode;	     /* for a new store: S_IFDIR | 0755 */
+	/* with commit_interval_ms 0: how long META_SET_LAZY changes may
+	 * wait for a commit (0: they do not wait) */
+	unsigned lazy_commit_ms;
+	uint32_t root_mode; /* for a new store: S_IFDIR | 0755 */
 	uint32_t root_uid, root_gid;
 	/* A worker taking over a live mount (after its predecessor died):
 	 * the kernel still holds references the store never saw, so inodes
@@ -83,6 +90,19 @@ int meta_open(const struct meta_config *cfg, struct meta **out);
 void meta_close(struct meta *m);
 /* Closes the open transaction now (fsync, syncfs, unmount). */
 int meta_commit(struct meta *m);
+/* What fsync (datasync 0) or fdatasync (1) of ino needs of the store:
+ * meta_commit(), unless every change to ino it covers is durable already
+ * (for fdatasync: the inode's existence, size, links and dirty flags; an
+ * mtime alone needs no commit). */
+int meta_sync(struct meta *m, uint64_t ino, int datasync);
+
+/* Changes this thread makes between meta_batch_begin() and
+ * meta_batch_end() share one commit, made by meta_batch_end() (when
+ * commit_interval_ms is 0; otherwise the timer commits as usual). Other
+ * threads' commits in between may include them: a batch is not atomic.
+ * Pairs nest; the outermost end commits. */
+void meta_batch_begin(void);
+int meta_batch_end(struct meta *m);
 
 /* A counter that moves with every change the store writes (bookkeeping
  * such as ETags and dirty flags included): "has anything changed since". */

@@ -490,10 +490,14 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	struct meta_config mc;
 	meta_config_init(&mc);
 	mc.path = path;
-	/* every change is committed before it is answered: a killed worker
-	 * loses nothing the kernel was told (a commit is a write, not an
-	 * fsync; fsync and syncfs make it durable against power loss) */
+	/* every change is committed before it is answered (one commit per
+	 * request: fs.c batches its changes): a killed worker loses nothing
+	 * the kernel was told (a commit is a write, not an fsync; fsync and
+	 * syncfs make it durable against power loss) */
 	mc.commit_interval_ms = 0;
+	/* but a write's mtime alone may wait a little: the kernel holds it
+	 * (writeback cache) and sends it again with SETATTR */
+	mc.lazy_commit_ms = FS_LAZY_COMMIT_MS;
 	mc.root_mode = S_IFDIR | (o->fs.defaults.dir_mode & 07777);
 	mc.root_uid = o->fs.defaults.uid;
 	mc.root_gid = o->fs.defaults.gid;

@@ -2075,6 +2075,148 @@ static void test_interval_zero_commits_every_change(void **state)
 	assert_int_equal(count_name(f->path, "at_once"), 0);
 }
 
+static void test_a_batch_is_one_commit_at_its_end(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, 0);
+	meta_batch_begin();
+	uint64_t ino = mkfile(f->m, ROOT, "batched");
+	meta_batch_begin(); /* nested: only the outermost end commits */
+	assert_int_equal(meta_set_dirty(f->m, ino, META_DIRTY_DATA), 0);
+	assert_int_equal(meta_batch_end(f->m), 0);
+	assert_int_equal(count_name(f->path, "batched"), 0);
+	assert_int_equal(meta_batch_end(f->m), 0);
+	assert_int_equal(count_name(f->path, "batched"), 1);
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "SELECT dirty FROM inodes WHERE ino = %" PRIu64, ino);
+	assert_int_equal(peek(f->path, sql), META_DIRTY_NAME | META_DIRTY_DATA);
+}
+
+static struct meta *open_lazy(struct fixture *f, unsigned lazy_ms)
+{
+	meta_close(f->m);
+	struct meta_config cfg;
+	meta_config_init(&cfg);
+	cfg.path = f->path;
+	cfg.commit_interval_ms = 0;
+	cfg.lazy_commit_ms = lazy_ms;
+	assert_int_equal(meta_open(&cfg, &f->m), 0);
+	return f->m;
+}
+
+static int64_t mtime_row(struct fixture *f, uint64_t ino)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "SELECT mtime_s FROM inodes WHERE ino = %" PRIu64, ino);
+	return peek(f->path, sql);
+}
+
+static void test_a_lazy_mtime_is_committed_by_the_timer(void **state)
+{
+	struct fixture *f = *state;
+	struct meta *m = open_lazy(f, 50);
+	uint64_t ino = mkfile(m, ROOT, "lazy");
+	assert_int_equal(meta_set_dirty(m, ino, META_DIRTY_DATA), 0);
+	struct meta_attr in = {.mtime = {.tv_sec = 1000}}, out;
+	/* the first write marks the file dirty: committed at once */
+	assert_int_equal(
+		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
+		0);
+	assert_int_equal(mtime_row(f, ino), 1000);
+	/* the next one only moves the mtime: the timer commits it */
+	in.mtime.tv_sec = 2000;
+	assert_int_equal(
+		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
+		0);
+	assert_int_equal(out.mtime.tv_sec, 2000);
+	assert_int_equal(mtime_row(f, ino), 1000);
+	int found = 0;
+	for (int i = 0; i < 200 && !found; i++) {
+		found = mtime_row(f, ino) == 2000;
+		if (!found)
+			sleep_ms(10);
+	}
+	assert_true(found);
+}
+
+static void test_a_lazy_change_goes_with_the_next_eager_one(void **state)
+{
+	struct fixture *f = *state;
+	struct meta *m = open_lazy(f, 600000);
+	uint64_t ino = mkfile(m, ROOT, "lazy");
+	assert_int_equal(
+		meta_set_dirty(m, ino, META_DIRTY_DATA | META_DIRTY_ATTR), 0);
+	struct meta_attr in = {.mtime = {.tv_sec = 3000}, .size = 10}, out;
+	assert_int_equal(
+		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
+		0);
+	assert_int_equal(mtime_row(f, ino) == 3000, 0);
+	/* a size change is never lazy, and takes the mtime with it */
+	in.mtime.tv_sec = 4000;
+	assert_int_equal(
+		meta_setattr(m, ino,
+			     META_SET_GROW | META_SET_MTIME | META_SET_LAZY,
+			     &in, &out),
+		0);
+	assert_int_equal(mtime_row(f, ino), 4000);
+	assert_int_equal(meta_sync(m, ino, 0), 0);
+	/* in a batch, a lazy change does not make the end commit */
+	in.mtime.tv_sec = 5000;
+	meta_batch_begin();
+	assert_int_equal(
+		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
+		0);
+	assert_int_equal(meta_batch_end(m), 0);
+	assert_int_equal(mtime_row(f, ino), 4000);
+	/* fdatasync does not need it; fsync does */
+	assert_int_equal(meta_sync(m, ino, 1), 0);
+	assert_int_equal(mtime_row(f, ino), 4000);
+	assert_int_equal(meta_sync(m, ino, 0), 0);
+	assert_int_equal(mtime_row(f, ino), 5000);
+	/* and a closed store has it */
+	in.mtime.tv_sec = 6000;
+	assert_int_equal(
+		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
+		0);
+	reopen(f, SLOW_INTERVAL_MS);
+	assert_int_equal(mtime_row(f, ino), 6000);
+}
+
+static void test_fdatasync_commits_a_size_change_fsync_any(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, SLOW_INTERVAL_MS);
+	uint64_t ino = mkfile(f->m, ROOT, "synced");
+	/* a new inode is not durable until a commit */
+	assert_int_equal(meta_sync(f->m, ino, 1), 0);
+	assert_int_equal(count_name(f->path, "synced"), 1);
+	struct meta_attr in = {.size = 100}, out;
+	assert_int_equal(meta_setattr(f->m, ino, META_SET_GROW, &in, &out), 0);
+	assert_int_equal(meta_sync(f->m, ino, 1), 0);
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "SELECT size FROM inodes WHERE ino = %" PRIu64, ino);
+	assert_int_equal(peek(f->path, sql), 100);
+	/* a mode change (the inode already dirty): fdatasync leaves it
+	 * open, fsync commits it */
+	assert_int_equal(meta_set_dirty(f->m, ino, META_DIRTY_ATTR), 0);
+	assert_int_equal(meta_sync(f->m, ino, 0), 0);
+	in.mode = 0600;
+	assert_int_equal(meta_setattr(f->m, ino, META_SET_MODE, &in, &out), 0);
+	snprintf(sql, sizeof(sql),
+		 "SELECT mode FROM inodes WHERE ino = %" PRIu64, ino);
+	assert_int_equal(meta_sync(f->m, ino, 1), 0);
+	assert_int_equal(peek(f->path, sql) & 07777, 0644);
+	assert_int_equal(meta_sync(f->m, ino, 0), 0);
+	assert_int_equal(peek(f->path, sql) & 07777, 0600);
+	/* a removed inode: everything is committed */
+	assert_int_equal(meta_unlink(f->m, ROOT, "synced", 0, NULL), 0);
+	assert_int_equal(meta_sync(f->m, ino, 1), 0);
+	assert_int_equal(count_name(f->path, "synced"), 0);
+}
+
 static void test_close_commits_pending_changes(void **state)
 {
 	struct fixture *f = *state;
@@ -2274,6 +2416,10 @@ int main(void)
 		T(test_group_commit_lands_without_meta_commit),
 		T(test_meta_commit_makes_changes_visible),
 		T(test_interval_zero_commits_every_change),
+		T(test_a_batch_is_one_commit_at_its_end),
+		T(test_a_lazy_mtime_is_committed_by_the_timer),
+		T(test_a_lazy_change_goes_with_the_next_eager_one),
+		T(test_fdatasync_commits_a_size_change_fsync_any),
 		T(test_close_commits_pending_changes),
 		T(test_ten_thousand_files_in_one_directory),
 		T(test_concurrent_changes_with_group_commit_stay_consistent),
