@@ -88,6 +88,61 @@ static int read_only(struct fs *fs)
 
 /* --- the dirty set ------------------------------------------------------ */
 
+/* --- the dirty set's index (fs->lock held) --- */
+
+static size_t dirty_home(const struct fs *fs, uint64_t ino)
+{
+	return (size_t)((ino * 0x9E3779B97F4A7C15ull) >> 17) &
+	       (fs->dirty_idx_cap - 1);
+}
+
+/* Where ino is in fs->dirty, or SIZE_MAX. */
+static size_t dirty_pos(const struct fs *fs, uint64_t ino)
+{
+	if (!fs->dirty_idx) {
+		for (size_t i = 0; i < fs->ndirty; i++)
+			if (fs->dirty[i].ino == ino)
+				return i;
+		return SIZE_MAX;
+	}
+	for (size_t h = dirty_home(fs, ino);;
+	     h = (h + 1) & (fs->dirty_idx_cap - 1)) {
+		uint32_t v = fs->dirty_idx[h];
+		if (v == 0)
+			return SIZE_MAX;
+		if (fs->dirty[v - 1].ino == ino)
+			return v - 1;
+	}
+}
+
+static void dirty_idx_put(struct fs *fs, size_t pos)
+{
+	size_t h = dirty_home(fs, fs->dirty[pos].ino);
+	while (fs->dirty_idx[h])
+		h = (h + 1) & (fs->dirty_idx_cap - 1);
+	fs->dirty_idx[h] = (uint32_t)(pos + 1);
+}
+
+/* Rebuilds the index for fs->ndirty + room entries; without memory (or
+ * past 2^31 entries) there is none and dirty_pos() searches. */
+static void dirty_reindex(struct fs *fs, size_t room)
+{
+	size_t want = 64, n = fs->ndirty + room;
+	while (want < 2 * n)
+		want *= 2;
+	free(fs->dirty_idx);
+	fs->dirty_idx = NULL;
+	fs->dirty_idx_cap = 0;
+	if (n >= (1u << 31))
+		return;
+	fs->dirty_idx = calloc(want, sizeof(*fs->dirty_idx));
+	if (!fs->dirty_idx)
+		return;
+	fs->dirty_idx_cap = want;
+	for (size_t i = 0; i < fs->ndirty; i++)
+		dirty_idx_put(fs, i);
+}
+
 /* Puts ino in the dirty set, due since_ms + upload_delay_ms. If memory
  * runs out the meta store's flag still says dirty: the next mount (see
  * load_dirty()) uploads it. */
@@ -95,11 +150,8 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 		      uint32_t flags)
 {
 	pthread_mutex_lock(&fs->lock);
-	size_t i;
-	for (i = 0; i < fs->ndirty; i++)
-		if (fs->dirty[i].ino == ino)
-			break;
-	if (i < fs->ndirty) {
+	size_t i = dirty_pos(fs, ino);
+	if (i != SIZE_MAX) {
 		fs->dirty[i].flags |= flags;
 	} else {
 		if (fs->ndirty == fs->capdirty) {
@@ -113,6 +165,10 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 			fs->capdirty = cap;
 		}
 		fs->dirty[fs->ndirty++] = (struct dirty){ino, since_ms, flags};
+		if (fs->dirty_idx && 2 * fs->ndirty <= fs->dirty_idx_cap)
+			dirty_idx_put(fs, fs->ndirty - 1);
+		else
+			dirty_reindex(fs, fs->ndirty);
 	}
 	pthread_mutex_unlock(&fs->lock);
 }
@@ -120,11 +176,9 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 /* 1 when ino is queued with all of flags already recorded. */
 static int already_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 {
-	int yes = 0;
 	pthread_mutex_lock(&fs->lock);
-	for (size_t i = 0; i < fs->ndirty && !yes; i++)
-		yes = fs->dirty[i].ino == ino &&
-		      (fs->dirty[i].flags & flags) == flags;
+	size_t i = dirty_pos(fs, ino);
+	int yes = i != SIZE_MAX && (fs->dirty[i].flags & flags) == flags;
 	pthread_mutex_unlock(&fs->lock);
 	return yes;
 }
@@ -190,6 +244,8 @@ static uint64_t *take_due(struct fs *fs, uint64_t now, size_t *n)
 			i++;
 		}
 	}
+	if (*n)
+		dirty_reindex(fs, 0); /* positions moved */
 	pthread_mutex_unlock(&fs->lock);
 	return out;
 }
@@ -1025,6 +1081,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 
 fail_thread:
 	free(fs->dirty);
+	free(fs->dirty_idx);
 	destroy_locks(fs);
 	data_close(fs->data);
 fail_strings:
@@ -1054,6 +1111,7 @@ int fs_destroy(struct fs *fs)
 	data_close(fs->data);
 	destroy_locks(fs);
 	free(fs->dirty);
+	free(fs->dirty_idx);
 	free(fs->touched);
 	free(fs->claimed_inos);
 	free(fs->claimed_keys);

@@ -72,6 +72,11 @@ struct fs {
 	pthread_cond_t wake;  /* the flusher's */
 	struct dirty *dirty;  /* protected by lock */
 	size_t ndirty, capdirty;
+	/* protected by lock: dirty[]'s positions + 1 by inode (open
+	 * addressing, 0 empty, capacity a power of 2 >= 2 * ndirty); NULL
+	 * when memory ran out: then dirty[] is searched */
+	uint32_t *dirty_idx;
+	size_t dirty_idx_cap;
 	int stop; /* protected by lock */
 	pthread_t flusher;
 
