@@ -990,6 +990,16 @@ static void txn_check_lost(struct meta *m)
 	}
 }
 
+/* Tells the committer a transaction waits for its timer. */
+static void wake_committer(struct meta *m)
+{
+	if (!m->has_committer)
+		return;
+	int rc = pthread_cond_signal(&m->cond);
+	if (rc)
+		meta_log("pthread_cond_signal: %s", strerror(rc));
+}
+
 static int txn_begin(struct meta *m)
 {
 	if (m->txn_open)
@@ -999,11 +1009,10 @@ static int txn_begin(struct meta *m)
 		return rc;
 	m->txn_open = 1;
 	m->txn_start = now_monotonic();
-	if (m->has_committer) {
-		rc = pthread_cond_signal(&m->cond);
-		if (rc)
-			meta_log("pthread_cond_signal: %s", strerror(rc));
-	}
+	/* with commit_interval_ms 0 the change commits at once: only a
+	 * lazy one left open wakes the committer (op_done_lazy()) */
+	if (m->cfg.commit_interval_ms)
+		wake_committer(m);
 	return 0;
 }
 
@@ -1160,11 +1169,15 @@ static void op_done_lazy(struct meta *m, struct op *op, int lazy)
 	}
 	if (!lazy && batch_depth > 0)
 		batch_eager = 1;
-	if (m->cfg.commit_interval_ms == 0 && batch_depth == 0 &&
-	    !(lazy && m->has_committer)) {
-		int rc = txn_commit(m, 0);
-		if (rc)
-			meta_log("%s: commit: %s", m->path, strerror(-rc));
+	if (m->cfg.commit_interval_ms == 0 && batch_depth == 0) {
+		if (lazy && m->has_committer) {
+			wake_committer(m);
+		} else {
+			int rc = txn_commit(m, 0);
+			if (rc)
+				meta_log("%s: commit: %s", m->path,
+					 strerror(-rc));
+		}
 	}
 	debug_check(m);
 }
@@ -1661,8 +1674,12 @@ int meta_batch_end(struct meta *m)
 	int eager = batch_eager || !m->has_committer;
 	batch_eager = 0;
 	lock(m);
-	if (m->cfg.commit_interval_ms == 0 && m->txn_open && eager)
-		rc = txn_commit(m, 0);
+	if (m->cfg.commit_interval_ms == 0 && m->txn_open) {
+		if (eager)
+			rc = txn_commit(m, 0);
+		else
+			wake_committer(m); /* lazy changes only */
+	}
 	unlock(m);
 	if (rc)
 		meta_log("%s: commit: %s", m->path, strerror(-rc));

@@ -2139,6 +2139,20 @@ static void test_a_lazy_mtime_is_committed_by_the_timer(void **state)
 			sleep_ms(10);
 	}
 	assert_true(found);
+	/* the same for one inside a batch (a FUSE WRITE is one) */
+	in.mtime.tv_sec = 3000;
+	meta_batch_begin();
+	assert_int_equal(
+		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
+		0);
+	assert_int_equal(meta_batch_end(m), 0);
+	found = 0;
+	for (int i = 0; i < 200 && !found; i++) {
+		found = mtime_row(f, ino) == 3000;
+		if (!found)
+			sleep_ms(10);
+	}
+	assert_true(found);
 }
 
 static void test_a_lazy_change_goes_with_the_next_eager_one(void **state)
