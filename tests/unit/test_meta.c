@@ -2113,6 +2113,17 @@ static int64_t mtime_row(struct fixture *f, uint64_t ino)
 	return peek(f->path, sql);
 }
 
+/* 1 once the committed mtime of ino is want, within 2 s. */
+static int mtime_row_becomes(struct fixture *f, uint64_t ino, int64_t want)
+{
+	for (int i = 0; i < 200; i++) {
+		if (mtime_row(f, ino) == want)
+			return 1;
+		sleep_ms(10);
+	}
+	return 0;
+}
+
 static void test_a_lazy_mtime_is_committed_by_the_timer(void **state)
 {
 	struct fixture *f = *state;
@@ -2132,13 +2143,7 @@ static void test_a_lazy_mtime_is_committed_by_the_timer(void **state)
 		0);
 	assert_int_equal(out.mtime.tv_sec, 2000);
 	assert_int_equal(mtime_row(f, ino), 1000);
-	int found = 0;
-	for (int i = 0; i < 200 && !found; i++) {
-		found = mtime_row(f, ino) == 2000;
-		if (!found)
-			sleep_ms(10);
-	}
-	assert_true(found);
+	assert_true(mtime_row_becomes(f, ino, 2000));
 	/* the same for one inside a batch (a FUSE WRITE is one) */
 	in.mtime.tv_sec = 3000;
 	meta_batch_begin();
@@ -2146,13 +2151,7 @@ static void test_a_lazy_mtime_is_committed_by_the_timer(void **state)
 		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
 		0);
 	assert_int_equal(meta_batch_end(m), 0);
-	found = 0;
-	for (int i = 0; i < 200 && !found; i++) {
-		found = mtime_row(f, ino) == 3000;
-		if (!found)
-			sleep_ms(10);
-	}
-	assert_true(found);
+	assert_true(mtime_row_becomes(f, ino, 3000));
 }
 
 static void test_a_lazy_change_goes_with_the_next_eager_one(void **state)
