@@ -1340,7 +1340,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	if (to_set & FUSE_SET_ATTR_MODE) {
 		mask |= META_SET_MODE;
 		in.mode = (cur.mode & S_IFMT) | (attr->st_mode & 07777);
-	}
+	} else if (serve_request_kill_suidgid())
+		mask |= META_SET_KILL_SUIDGID;
 	if (to_set & FUSE_SET_ATTR_UID) {
 		mask |= META_SET_UID;
 		in.uid = attr->st_uid;
@@ -2003,18 +2004,27 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	}
 	struct meta_attr in = {.size = data_size(df), .mtime = fs_now_real()};
 	struct meta_attr out;
-	data_put(df);
-	meta_batch_begin();
 	/* grow only: two writes answered in the other order must not leave
 	 * the smaller end as the size */
-	meta_setattr(fs->meta, ino,
-		     (in.size != old ? META_SET_GROW : 0) | META_SET_MTIME |
-			     META_SET_LAZY,
-		     &in, &out);
+	unsigned mask = (in.size != old ? META_SET_GROW : 0) | META_SET_MTIME |
+			META_SET_LAZY;
+	data_put(df);
+	meta_batch_begin();
+	/* a caller without CAP_FSETID (serve.h); the kernel asks on each of
+	 * its writes, and tells the mode it holds only when it asks again */
+	struct meta_attr cur;
+	int killed = serve_request_kill_suidgid() &&
+		     meta_getattr(fs->meta, ino, &cur) == 0 &&
+		     (cur.mode & (S_ISUID | S_ISGID));
+	if (killed)
+		mask |= META_SET_KILL_SUIDGID;
+	meta_setattr(fs->meta, ino, mask, &in, &out);
 	space_give(fs, held);
 	mark_dirty(fs, ino, META_DIRTY_DATA);
 	meta_batch_end(fs->meta);
 	fuse_reply_write(req, (size_t)n);
+	if (killed && fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
 }
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

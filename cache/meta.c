@@ -2627,7 +2627,8 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 {
 	const unsigned known = META_SET_MODE | META_SET_UID | META_SET_GID |
 			       META_SET_SIZE | META_SET_GROW | META_SET_ATIME |
-			       META_SET_MTIME | META_SET_CTIME | META_SET_LAZY;
+			       META_SET_MTIME | META_SET_CTIME | META_SET_LAZY |
+			       META_SET_KILL_SUIDGID;
 	if ((mask & ~known) || (mask && !attr) ||
 	    (mask & META_SET_ATIME && !ts_valid(attr->atime)) ||
 	    (mask & META_SET_MTIME && !ts_valid(attr->mtime)) ||
@@ -2662,8 +2663,19 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 	uint32_t old_dirty = in->a.dirty;
 	op_touch(&op, in);
 	struct meta_attr *a = &in->a;
-	if (mask & META_SET_MODE)
+	if (mask & META_SET_MODE) {
 		a->mode = (a->mode & S_IFMT) | (attr->mode & 07777);
+	} else if (mask & META_SET_KILL_SUIDGID && S_ISREG(a->mode)) {
+		uint32_t mode = a->mode & ~(uint32_t)S_ISUID;
+		if (mode & S_IXGRP)
+			mode &= ~(uint32_t)S_ISGID;
+		if (mode != a->mode) {
+			a->mode = mode;
+			mask |= META_SET_MODE;
+			lazy = 0;
+		}
+	}
+	mask &= ~(unsigned)META_SET_KILL_SUIDGID;
 	if (mask & META_SET_UID)
 		a->uid = attr->uid;
 	if (mask & META_SET_GID)

@@ -61,6 +61,11 @@ struct meta_attr {
  * neither the size nor a dirty flag (a write's mtime: with the kernel's
  * writeback cache, the kernel holds the mtime and sends it again) */
 #define META_SET_LAZY 0x100
+/* a regular file loses set-user-ID, and set-group-ID when the group may
+ * execute (what a write, a truncate or a chown by a caller without
+ * CAP_FSETID leaves), unless META_SET_MODE sets the mode; such a change is
+ * never lazy */
+#define META_SET_KILL_SUIDGID 0x200
 
 struct meta_config {
 	const char *path; /* the SQLite file, e.g. CACHE_DIR/meta.db */

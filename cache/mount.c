@@ -545,8 +545,7 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	struct fuse_args args = FUSE_ARGS_INIT(1, fargv);
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
 	fuse_opt_free_args(&args);
-	snprintf(path, sizeof(path), "/dev/fd/%d", fuse_fd);
-	if (!se || fuse_session_mount(se, path) != 0) {
+	if (!se || serve_attach(se, fuse_fd) != 0) {
 		fprintf(stderr, "tierfs: cannot serve the mount's /dev/fuse\n");
 		goto out;
 	}

@@ -12,6 +12,15 @@
  * Splice is never asked for (fs.c's init leaves it off), so every request
  * arrives in memory and its header can be read here.
  *
+ * FUSE_HANDLE_KILLPRIV_V2 (Linux 5.11), which libfuse 3.14 cannot ask
+ * for: the session writes through serve_attach()'s writev, which adds that
+ * flag to the INIT reply when the kernel offered it. With it the kernel
+ * sets SB_NOSEC and stops asking GETXATTR "security.capability" before
+ * every write; in return the filesystem clears set-user-ID and
+ * set-group-ID itself when a request carries FUSE_WRITE_KILL_SUIDGID or
+ * FATTR_KILL_SUIDGID, flags libfuse drops and process() keeps for
+ * serve_request_kill_suidgid().
+ *
  * Each thread reads into a buffer of its own that is faulted in and
  * locked before the first read(). The kernel copies a request into that
  * buffer inside read(); when a page of it must be faulted in while a
@@ -27,6 +36,7 @@
 #include <linux/fuse.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,6 +58,9 @@
 static sem_t stop_sem;
 static volatile sig_atomic_t stopping;
 static __thread int resent;
+static __thread int kill_suidgid;
+static uint64_t init_unique;  /* of the INIT this worker processed */
+static uint32_t init_offered; /* that INIT's flags */
 
 void serve_stop(void)
 {
@@ -57,6 +71,74 @@ void serve_stop(void)
 int serve_request_resent(void)
 {
 	return resent;
+}
+
+int serve_request_kill_suidgid(void)
+{
+	return kill_suidgid;
+}
+
+static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
+{
+	(void)userdata;
+	return read(fd, buf, len);
+}
+
+/* Every reply and notification goes out here; the INIT reply gains
+ * FUSE_HANDLE_KILLPRIV_V2 (see the top of this file). libfuse sends a
+ * reply as the header in iov[0] and its argument in iov[1]. */
+static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	(void)userdata;
+	const struct fuse_out_header *oh = iov[0].iov_base;
+	if (init_unique && count == 2 && iov[0].iov_len == sizeof(*oh) &&
+	    oh->unique == init_unique && oh->error == 0 &&
+	    iov[1].iov_len >=
+		    offsetof(struct fuse_init_out, flags) + sizeof(uint32_t) &&
+	    (init_offered & FUSE_HANDLE_KILLPRIV_V2)) {
+		struct fuse_init_out *out = iov[1].iov_base;
+		out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+	}
+	return writev(fd, iov, count);
+}
+
+int serve_attach(struct fuse_session *se, int fd)
+{
+	static const struct fuse_custom_io io = {io_writev, io_read, NULL,
+						 NULL};
+	return fuse_session_custom_io(se, &io, fd) == 0 ? 0 : -EIO;
+}
+
+/* What libfuse drops of a request and its handler needs: whether the
+ * kernel asks for set-user-ID and set-group-ID to be cleared. */
+static int asks_kill_suidgid(const void *mem, size_t n)
+{
+	const struct fuse_in_header *h = mem;
+	const char *arg = (const char *)mem + sizeof(*h);
+	if (h->opcode == FUSE_WRITE &&
+	    n >= sizeof(*h) + sizeof(struct fuse_write_in)) {
+		const struct fuse_write_in *w = (const void *)arg;
+		return (w->write_flags & FUSE_WRITE_KILL_SUIDGID) != 0;
+	}
+	if (h->opcode == FUSE_SETATTR &&
+	    n >= sizeof(*h) + sizeof(struct fuse_setattr_in)) {
+		const struct fuse_setattr_in *a = (const void *)arg;
+		return (a->valid & FATTR_KILL_SUIDGID) != 0;
+	}
+	return 0;
+}
+
+/* Notes the INIT request about to be processed, for io_writev(). */
+static void note_init(const void *mem, size_t n)
+{
+	const struct fuse_in_header *h = mem;
+	if (n < sizeof(*h) + offsetof(struct fuse_init_in, flags) +
+			sizeof(uint32_t))
+		return;
+	const struct fuse_init_in *in =
+		(const void *)((const char *)mem + sizeof(*h));
+	init_offered = in->flags;
+	init_unique = h->unique;
 }
 
 static void on_wake(int sig)
@@ -126,8 +208,10 @@ static void process(struct fuse_session *se, struct serve_buf *b, size_t n)
 	buf.size = n;
 	const struct fuse_in_header *h = buf.mem;
 	resent = (h->unique & FUSE_UNIQUE_RESEND) != 0;
+	kill_suidgid = asks_kill_suidgid(buf.mem, n);
 	fuse_session_process_buf(se, &buf);
 	resent = 0;
+	kill_suidgid = 0;
 }
 
 struct serve_thread_arg {
@@ -219,8 +303,10 @@ static int first_init(struct fuse_session *se, const char *path,
 			"tierfs: keeping the INIT request in %s: %s; a crash "
 			"of this worker will not be survived\n",
 			path, strerror(-rc));
-	if (rc != -EPROTO)
+	if (rc != -EPROTO) {
+		note_init(b.mem, (size_t)n);
 		process(se, &b, (size_t)n);
+	}
 	buf_close(&b);
 	return rc == -EPROTO ? rc : 0;
 }
@@ -243,6 +329,7 @@ static int takeover_init(struct fuse_session *se, const char *path)
 	memset(&buf, 0, sizeof(buf));
 	buf.mem = mem;
 	buf.size = (size_t)n;
+	note_init(mem, (size_t)n);
 	fuse_session_process_buf(se, &buf); /* its reply: ENOENT, ignored */
 	free(mem);
 	struct fuse_out_header oh = {

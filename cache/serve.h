@@ -36,6 +36,10 @@ struct serve_config {
 	void *ready_ctx;
 };
 
+/* Makes se serve the /dev/fuse descriptor fd (closed with the session),
+ * writing through serve.c so that the INIT reply asks for
+ * FUSE_HANDLE_KILLPRIV_V2. 0 or -errno. */
+int serve_attach(struct fuse_session *se, int fd);
 /* Serves se until the kernel ends the connection (unmount) or
  * serve_stop(). Takes over (replays cfg->init_path and asks for a resend)
  * when that file exists, else saves the first request there. 0 on unmount
@@ -46,5 +50,10 @@ void serve_stop(void);
 /* 1 when the request this thread is handling was resent by the kernel
  * after a worker died: its effect may already be in the store. */
 int serve_request_resent(void);
+/* 1 when the request this thread is handling (a WRITE or a SETATTR) asks
+ * the filesystem to clear set-user-ID, and set-group-ID when the group
+ * may execute (FUSE_HANDLE_KILLPRIV_V2): the caller lacks CAP_FSETID, or
+ * it is a chown. */
+int serve_request_kill_suidgid(void);
 
 #endif

@@ -200,6 +200,64 @@ def test_permissions_are_checked_for_non_root_users(open_mount):
     assert r.returncode != 0 and "Permission denied" in r.stderr
 
 
+def set_id_changes(d):
+    """Clears set-user-ID / set-group-ID the way each change should, in
+    directory d; returns {name: mode} (uid 1000 lacks CAP_FSETID)."""
+    user = ("1000", "100")
+    steps = {
+        # name: (initial mode, shell command as uid 1000 or None, as root)
+        "append": (0o6775, "echo x >> {p}", None),
+        "append_twice": (0o6775, "echo x >> {p}; echo y >> {p}", None),
+        "append_no_group_x": (0o6765, "echo x >> {p}", None),
+        "direct_io": (0o6775, "dd if=/dev/zero of={p} bs=4k count=1 "
+                      "oflag=direct conv=notrunc status=none", None),
+        "truncate": (0o6775, "truncate -s 10 {p}", None),
+        "open_o_trunc": (0o6775, "echo y > {p}", None),
+        "root_append": (0o6775, None, "echo x >> {p}"),
+        "root_truncate": (0o6775, None, "truncate -s 10 {p}"),
+        "root_chown": (0o6775, None, "chown 1001 {p}"),
+        "root_chmod": (0o775, None, "chmod 6775 {p}"),
+    }
+    for name, (mode, cmd, root_cmd) in steps.items():
+        p = os.path.join(d, name)
+        with open(p, "w") as f:
+            f.write("data\n")
+        os.chown(p, int(user[0]), int(user[1]))
+        os.chmod(p, mode)
+        if cmd:
+            r = as_user(*user, "sh", "-c", cmd.format(p=p))
+        else:
+            r = subprocess.run(["sh", "-c", root_cmd.format(p=p)],
+                               capture_output=True, text=True)
+        assert r.returncode == 0, (name, r.stderr)
+    return {n: stat.S_IMODE(os.stat(os.path.join(d, n)).st_mode) for n in steps}
+
+
+def test_set_id_bits_are_cleared_as_on_a_local_disk(open_mount, tmp_path):
+    """The kernel leaves this to tierfs (FUSE_HANDLE_KILLPRIV_V2): a write,
+    truncate or chown clears set-user-ID and set-group-ID as ext4 does."""
+    import tempfile
+    local = tempfile.mkdtemp(prefix="tierfs-local-", dir="/var/tmp")
+    try:
+        os.chmod(local, 0o777)
+        want = set_id_changes(local)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+    assert want["append"] == 0o775 and want["root_append"] == 0o6775
+    root = Path(open_mount.mountpoint)
+    os.chmod(root, 0o777)
+    assert set_id_changes(str(root)) == want
+    # and what reached S3 is the cleared mode: a new node sees it
+    assert open_mount.unmount() == 0, open_mount.output()
+    again = Mount(open_mount.argv[2], open_mount.mountpoint,
+                  str(tmp_path / "other-node"))
+    try:
+        got = {n: stat.S_IMODE(os.stat(root / n).st_mode) for n in want}
+        assert got == want
+    finally:
+        assert again.unmount() == 0, again.output()
+
+
 def test_chmod_chown_utime(mount):
     p = Path(mount.mountpoint) / "m"
     p.write_text("x")

@@ -2197,6 +2197,62 @@ static void test_a_lazy_change_goes_with_the_next_eager_one(void **state)
 	assert_int_equal(mtime_row(f, ino), 6000);
 }
 
+static int64_t mode_row(struct fixture *f, uint64_t ino)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "SELECT mode FROM inodes WHERE ino = %" PRIu64, ino);
+	return peek(f->path, sql);
+}
+
+static void test_kill_suidgid_clears_the_bits_at_once(void **state)
+{
+	struct fixture *f = *state;
+	struct meta *m = open_lazy(f, 600000);
+	uint64_t ino = mk(m, ROOT, "s", S_IFREG | 06775);
+	uint64_t dir = mk(m, ROOT, "d", S_IFDIR | 06775);
+	uint64_t nogx = mk(m, ROOT, "g", S_IFREG | 06765);
+	assert_int_equal(meta_set_dirty(m, ino, META_DIRTY_DATA), 0);
+	struct meta_attr in = {.mtime = {.tv_sec = 1000}}, out;
+	const unsigned write = META_SET_MTIME | META_SET_LAZY;
+	/* a write by a caller without CAP_FSETID: committed, not lazy */
+	assert_int_equal(
+		meta_setattr(m, ino, write | META_SET_KILL_SUIDGID, &in, &out),
+		0);
+	assert_int_equal(out.mode, S_IFREG | 0775);
+	assert_true(out.dirty & META_DIRTY_ATTR);
+	assert_int_equal(mode_row(f, ino), S_IFREG | 0775);
+	assert_int_equal(mtime_row(f, ino), 1000);
+	/* set-group-ID without group execute is not set-group-ID for
+	 * execution: it stays */
+	assert_int_equal(
+		meta_setattr(m, nogx, write | META_SET_KILL_SUIDGID, &in, &out),
+		0);
+	assert_int_equal(out.mode, S_IFREG | 02765);
+	assert_int_equal(mode_row(f, nogx), S_IFREG | 02765);
+	/* a directory keeps both */
+	assert_int_equal(meta_setattr(m, dir,
+				      META_SET_UID | META_SET_KILL_SUIDGID, &in,
+				      &out),
+			 0);
+	assert_int_equal(out.mode, S_IFDIR | 06775);
+	/* a mode given with it wins (chmod) */
+	in.mode = 04755;
+	assert_int_equal(meta_setattr(m, ino,
+				      META_SET_MODE | META_SET_KILL_SUIDGID,
+				      &in, &out),
+			 0);
+	assert_int_equal(out.mode, S_IFREG | 04755);
+	/* with nothing to clear, a write stays lazy */
+	in.mode = 0755;
+	assert_int_equal(meta_setattr(m, ino, META_SET_MODE, &in, &out), 0);
+	in.mtime.tv_sec = 2000;
+	assert_int_equal(
+		meta_setattr(m, ino, write | META_SET_KILL_SUIDGID, &in, &out),
+		0);
+	assert_int_equal(mtime_row(f, ino), 1000);
+}
+
 static void test_fdatasync_commits_a_size_change_fsync_any(void **state)
 {
 	struct fixture *f = *state;
@@ -2399,6 +2455,7 @@ int main(void)
 		T(test_rename_exchange_swaps_file_and_directory),
 		T(test_setattr_chmod_chown_truncate_set_ctime_now),
 		T(test_setattr_times_take_the_given_values),
+		T(test_kill_suidgid_clears_the_bits_at_once),
 		T(test_setattr_errors),
 		T(test_usage_counts_regular_file_bytes_and_inodes),
 		T(test_xattr_set_get_list_remove),
