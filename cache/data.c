@@ -106,6 +106,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../s3/buf.h"
@@ -172,6 +173,10 @@ struct data {
 	uint64_t cached;
 	uint64_t dirty;
 	uint64_t reserve; /* free bytes writes leave (for the meta store) */
+	/* room_for()'s last fstatvfs: when (CLOCK_MONOTONIC ms), and how many
+	 * bytes writes may still take before it is asked again */
+	uint64_t room_at_ms;
+	int64_t room_budget;
 };
 
 /* ---- small helpers ---- */
@@ -1382,6 +1387,19 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	return rc ? rc : (ssize_t)want;
 }
 
+/* fstatvfs costs a system call per write, so room_for() reuses its
+ * answer: for DATA_ROOM_RECHECK_MS, and for writes of at most half the
+ * room it showed above the reserve (at most an eighth of the reserve).
+ * The half left and the short time cover other writers of the disk. */
+#define DATA_ROOM_RECHECK_MS 50
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* -ENOSPC when writing len more bytes would eat into the reserve; urgent
  * ones (an upload's fetch) may take three quarters of it. The flusher's
  * eviction frees clean data as uploads finish; until then writes fail
@@ -1389,11 +1407,31 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 static int room_for(struct data *d, uint64_t len, int urgent)
 {
 	struct statvfs sv;
-	if (!d->reserve || fstatvfs(d->dirfd, &sv) != 0)
+	if (!d->reserve || len > INT64_MAX)
+		return 0;
+	uint64_t now = mono_ms();
+	if (!urgent &&
+	    now - __atomic_load_n(&d->room_at_ms, __ATOMIC_RELAXED) <
+		    DATA_ROOM_RECHECK_MS &&
+	    __atomic_sub_fetch(&d->room_budget, (int64_t)len,
+			       __ATOMIC_RELAXED) >= 0)
+		return 0;
+	if (fstatvfs(d->dirfd, &sv) != 0)
 		return 0;
 	uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
 	uint64_t keep = urgent ? d->reserve / 4 : d->reserve;
-	return avail < keep || avail - keep < len ? -ENOSPC : 0;
+	if (avail < keep || avail - keep < len) {
+		__atomic_store_n(&d->room_budget, 0, __ATOMIC_RELAXED);
+		return -ENOSPC;
+	}
+	if (!urgent) {
+		uint64_t budget =
+			min_u64((avail - keep - len) / 2, d->reserve / 8);
+		__atomic_store_n(&d->room_budget, (int64_t)budget,
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&d->room_at_ms, now, __ATOMIC_RELAXED);
+	}
+	return 0;
 }
 
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,
@@ -1411,9 +1449,13 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	lock_mutex(&f->lock);
 	/* under the lock: a fetch's copy-back must not land after this */
 	rc = pwrite_full(f->fd, buf, len, off);
-	if (!rc)
+	/* the log already says so of bytes that are dirty (so present)
+	 * within the size: a rewrite of them needs no line */
+	int logged = end <= f->size && !f->log_broken &&
+		     ranges_contains(&f->dirty, off, end);
+	if (!rc && !logged)
 		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", off, end);
-	if (!rc)
+	if (!rc && !logged)
 		rc = log_append(f, &b);
 	if (rc)
 		goto out;

@@ -503,6 +503,56 @@ test_mark_clean_keeps_ranges_written_after_snapshot_dirty(void **state)
 	data_put(f);
 }
 
+static off_t log_size(struct env *e, const char *name)
+{
+	char path[128];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_size;
+}
+
+static void test_a_rewrite_of_dirty_bytes_adds_no_log_line(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct ranges snap = RANGES_INIT;
+	unsigned char w[8192], r[1000];
+	memset(w, 'a', sizeof(w));
+	assert_int_equal(data_get(e->d, 4, 0, &f), 0);
+	assert_int_equal(data_write(f, w, 8192, 0), 8192);
+	off_t logged = log_size(e, "4.log");
+	memset(w, 'b', sizeof(w));
+	assert_int_equal(data_write(f, w, 1000, 1000), 1000);
+	assert_int_equal(log_size(e, "4.log"), logged);
+	/* an upload's snapshot, a rewrite during it: still no line, and
+	 * the rewritten bytes stay dirty when the upload is done */
+	assert_int_equal(data_dirty(f, &snap), 0);
+	memset(w, 'c', sizeof(w));
+	assert_int_equal(data_write(f, w, 1000, 3000), 1000);
+	assert_int_equal(log_size(e, "4.log"), logged);
+	assert_int_equal(data_mark_clean(f, &snap), 0);
+	ranges_free(&snap);
+	expect_dirty(f, "3000-4000");
+	/* bytes no longer dirty, or past the size, are logged */
+	logged = log_size(e, "4.log");
+	assert_int_equal(data_write(f, w, 1000, 5000), 1000);
+	assert_true(log_size(e, "4.log") > logged);
+	logged = log_size(e, "4.log");
+	assert_int_equal(data_write(f, w, 1000, 7692), 1000);
+	assert_true(log_size(e, "4.log") > logged);
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 4, 8692, &f), 0);
+	expect_dirty(f, "3000-4000,5000-6000,7692-8692");
+	expect_present(f, "0-8692");
+	assert_int_equal(data_read(f, r, 1000, 1000), 1000);
+	expect_fill(r, 'b', 1000);
+	assert_int_equal(data_read(f, r, 1000, 3000), 1000);
+	expect_fill(r, 'c', 1000);
+	data_put(f);
+}
+
 static void test_close_and_reopen_restore_sets_data_and_usage(void **state)
 {
 	struct env *e = *state;
@@ -1029,6 +1079,7 @@ int main(void)
 		T(test_kill9_after_writes_loses_no_completed_write),
 		T(test_kill9_mid_stream_loses_no_completed_write),
 		T(test_torn_last_log_line_is_ignored_and_cut_off),
+		T(test_a_rewrite_of_dirty_bytes_adds_no_log_line),
 		T(test_compaction_keeps_sets_and_data_identical),
 		T(test_hydrate_all_fetches_every_missing_range),
 		T(test_evict_drops_least_recently_used_down_to_limit),
