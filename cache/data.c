@@ -218,11 +218,20 @@ static void file_name(char out[DATA_NAME_MAX], uint64_t ino, const char *suffix)
 	snprintf(out, DATA_NAME_MAX, "%" PRIu64 "%s", ino, suffix);
 }
 
+/* Writes of at most this much, aligned to it: the page cache gives a write
+ * folios of up to its length, and ext4 walks every block of a folio on
+ * each later write into it. A 4 KiB rewrite of a file that came in 1 MiB
+ * writes walked 256 buffer heads (13% of the daemon's CPU under fio
+ * randrw); with 64 KiB folios it walks 16. */
+#define DATA_WRITE_CHUNK (64u << 10)
+
 static int pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 {
 	const char *p = buf;
 	while (len) {
-		ssize_t n = pwrite(fd, p, len, (off_t)off);
+		size_t room =
+			DATA_WRITE_CHUNK - (size_t)(off % DATA_WRITE_CHUNK);
+		ssize_t n = pwrite(fd, p, len < room ? len : room, (off_t)off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)

@@ -553,6 +553,33 @@ static void test_a_rewrite_of_dirty_bytes_adds_no_log_line(void **state)
 	data_put(f);
 }
 
+static void test_a_write_across_chunk_boundaries_lands_whole(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	/* data.c writes in aligned 64 KiB pieces: this one starts inside
+	 * one, spans three, and ends inside a fifth */
+	const size_t len = 4 * 65536 + 777;
+	const uint64_t off = 65536 - 123;
+	unsigned char *w = malloc(len), *r = malloc(len);
+	assert_non_null(w);
+	assert_non_null(r);
+	for (size_t i = 0; i < len; i++)
+		w[i] = (unsigned char)(i * 7 + i / 65536);
+	assert_int_equal(data_get(e->d, 6, 0, &f), 0);
+	assert_int_equal(data_write(f, w, len, off), (ssize_t)len);
+	assert_int_equal(data_size(f), off + len);
+	expect_dirty(f, "65413-328334");
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 6, off + len, &f), 0);
+	assert_int_equal(data_read(f, r, len, off), (ssize_t)len);
+	assert_memory_equal(r, w, len);
+	data_put(f);
+	free(w);
+	free(r);
+}
+
 static void test_close_and_reopen_restore_sets_data_and_usage(void **state)
 {
 	struct env *e = *state;
@@ -1080,6 +1107,7 @@ int main(void)
 		T(test_kill9_mid_stream_loses_no_completed_write),
 		T(test_torn_last_log_line_is_ignored_and_cut_off),
 		T(test_a_rewrite_of_dirty_bytes_adds_no_log_line),
+		T(test_a_write_across_chunk_boundaries_lands_whole),
 		T(test_compaction_keeps_sets_and_data_identical),
 		T(test_hydrate_all_fetches_every_missing_range),
 		T(test_evict_drops_least_recently_used_down_to_limit),
