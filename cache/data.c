@@ -152,6 +152,7 @@ struct data_file {
 	uint64_t log_bytes;	 /* length of the log file */
 	int log_broken;		 /* a torn append could not be cut off */
 	int sync_dir;		 /* created since the last data_sync() */
+	int log_unsynced; /* appended to since its last fsync (or opened) */
 	struct ra_stream {
 		uint64_t next;	 /* where its previous read ended */
 		uint64_t window; /* next read-ahead window; 0: start over */
@@ -421,9 +422,11 @@ static int log_append(struct data_file *f, const struct buf *b)
 	} while (n < 0 && errno == EINTR);
 	if (n == (ssize_t)b->len) {
 		f->log_bytes += b->len;
+		f->log_unsynced = 1;
 		return 0;
 	}
 	int rc = n < 0 ? -errno : -ENOSPC;
+	f->log_unsynced = 1;
 	if (n > 0 && ftruncate(f->logfd, (off_t)f->log_bytes) != 0)
 		f->log_broken = 1; /* until a compaction rewrites it */
 	return rc;
@@ -469,6 +472,7 @@ static int compact_locked(struct data_file *f)
 	f->logfd = tfd;
 	f->log_bytes = b.len;
 	f->log_broken = 0;
+	f->log_unsynced = 0; /* fsynced above */
 	if (fsync(d->dirfd) && rc == 0)
 		rc = -errno;
 	buf_free(&b);
@@ -708,6 +712,7 @@ static int file_open_fds(struct data_file *f, int create)
 		goto fail_2;
 	}
 	f->log_bytes = (uint64_t)st.st_size;
+	f->log_unsynced = 1; /* not known */
 	if (create)
 		f->sync_dir = 1;
 	return 0;
@@ -1697,8 +1702,14 @@ int data_sync(struct data_file *f)
 	lock_mutex(&f->lock);
 	if (fdatasync(f->fd))
 		rc = -errno;
-	if (fdatasync(f->logfd) && rc == 0)
-		rc = -errno;
+	/* a log with no line since its last fsync needs none (a rewrite of
+	 * dirty bytes adds no line) */
+	if (rc == 0 && f->log_unsynced) {
+		if (fdatasync(f->logfd))
+			rc = -errno;
+		else
+			f->log_unsynced = 0;
+	}
 	if (rc == 0 && f->sync_dir) {
 		if (fsync(f->d->dirfd))
 			rc = -errno;

@@ -2046,19 +2046,23 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		     struct fuse_file_info *fi)
 {
 	struct fs *fs = FS(req);
-	struct data_file *df;
+	struct data_file *df = NULL;
 	(void)fi;
 	int rc;
 	if (fs->cfg.durability_local) {
-		/* durable on the cache disk; the flusher uploads later */
+		/* durable on the cache disk; the flusher uploads later. The
+		 * store's WAL is fsynced by its syncer while the data and its
+		 * log are, here. */
+		uint64_t ticket = 0;
 		rc = file_ref(fs, ino, 0, &df);
-		if (!rc) {
-			rc = data_sync(df);
-			data_put(df);
-		}
 		if (!rc)
-			rc = meta_sync(fs->meta, ino, datasync);
-		fuse_reply_err(req, -rc);
+			rc = meta_sync_begin(fs->meta, ino, datasync, &ticket);
+		if (!rc)
+			rc = data_sync(df);
+		int mrc = meta_sync_wait(fs->meta, ticket);
+		if (df)
+			data_put(df);
+		fuse_reply_err(req, rc ? -rc : -mrc);
 		return;
 	}
 	/* durable in S3 when fsync returns (--durability s3); S3 out of

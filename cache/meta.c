@@ -3,7 +3,8 @@
  * Threading: one mutex, meta->lock, guards everything here (the hash
  * tables, the counters, the SQLite handle and its statements). It is the
  * root of the lock order: it is taken by every entry point and nothing else
- * is ever taken while it is held. The group-commit thread takes it too.
+ * is ever taken while it is held. The group-commit thread takes it too,
+ * and so does the syncer thread, which drops it around the WAL's fsync.
  * Ownership: struct meta owns every inode, dentry and xattr record, the
  * SQLite connection and its prepared statements; meta_close() frees them.
  *
@@ -33,6 +34,17 @@
  * such fsync ends a sync epoch. An inode remembers the epoch of its last
  * change (and of its last change fdatasync needs), so meta_sync() skips
  * the fsync when that epoch is over.
+ *
+ * Sync rounds (meta_sync_begin()/_wait()): a round commits, starts a new
+ * epoch, drops the lock, fdatasyncs the WAL through a descriptor of our
+ * own, and retakes the lock; then every change stamped before its epoch
+ * is durable (durable_epoch). A change made during the fsync belongs to
+ * the new epoch and waits for the next round. The syncer thread starts a
+ * round as soon as meta_sync_begin() asks; a waiter starts one itself when
+ * none is in flight. One round serves every waiter it covers.
+ *   IDLE --a ticket above durable_epoch--> SYNCING --fsync ok-->
+ *   IDLE (durable_epoch advanced) | --fsync failed--> IDLE (the waiters it
+ *   covered get the error; the next ticket tries again)
  *
  * Inode lifecycle:
  *   LINKED (nlink > 0) --last name removed, nlookup > 0--> ORPHAN
@@ -69,7 +81,9 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,6 +91,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -245,7 +260,19 @@ struct meta {
 	pthread_cond_t cond;  /* wakes the committer: txn opened, or stop */
 	pthread_t committer;  /* joined by meta_close() */
 	int has_committer;
-	int stop; /* meta_close() asks the committer to exit */
+	int stop; /* meta_close() asks the committer and the syncer to exit */
+	/* the syncer: fsyncs the WAL outside the lock for meta_sync_wait() */
+	pthread_cond_t sync_cond; /* wakes the syncer: sync_want, or stop */
+	pthread_cond_t synced;	  /* broadcast when a sync round ends */
+	pthread_t syncer;	  /* joined by meta_close() */
+	int has_syncer;
+	int walfd;	    /* PATH-wal, our own descriptor; -1: none */
+	int syncing;	    /* a round's fsync is in flight */
+	uint64_t sync_want; /* a waiter's ticket: durable_epoch must reach it */
+	/* the last round that failed: covered tickets up to fail_upto, and
+	 * fail_seq counts failed rounds */
+	uint64_t fail_upto, fail_seq;
+	int fail_rc;
 
 	struct meta_config cfg; /* cfg.path points at path */
 	char *path;		/* owned */
@@ -257,8 +284,12 @@ struct meta {
 	struct timespec txn_start;  /* CLOCK_MONOTONIC, when BEGIN ran */
 	int counters_dirty;	    /* next_ino/next_cookie to write */
 	int unsynced;		    /* commits since the last fsync'ed one */
-	uint64_t sync_epoch;	    /* 1 + the fsync'ed commits so far */
-	int failed;		    /* 0, or -errno once a txn was lost */
+	/* a change is stamped with sync_epoch (struct inode's sync_all,
+	 * sync_data); each fsync of the WAL starts a new epoch, and once it
+	 * is done, changes stamped below durable_epoch are durable */
+	uint64_t sync_epoch;
+	uint64_t durable_epoch;
+	int failed; /* 0, or -errno once a txn was lost */
 
 	struct htab inodes;   /* struct inode, by ino */
 	struct htab dnames;   /* struct dentry, by (parent, name) */
@@ -1044,6 +1075,16 @@ static int wal_sync(struct meta *m)
 	return 0;
 }
 
+/* Changes stamped below epoch are durable now. */
+static void durable_reached(struct meta *m, uint64_t epoch)
+{
+	if (epoch > m->durable_epoch)
+		m->durable_epoch = epoch;
+	int rc = pthread_cond_broadcast(&m->synced);
+	if (rc)
+		meta_log("pthread_cond_broadcast: %s", strerror(rc));
+}
+
 /* Commits the open transaction (synchronous=NORMAL: no fsync). durable:
  * then, if any commit is not yet fsync'ed, fsyncs the WAL, and a new
  * sync epoch begins. A failed COMMIT that leaves the transaction open
@@ -1068,10 +1109,12 @@ static int txn_commit(struct meta *m, int durable)
 	}
 	if (!durable || !m->unsynced)
 		return 0;
+	uint64_t upto = m->sync_epoch;
 	rc = wal_sync(m);
 	if (!rc) {
 		m->unsynced = 0;
 		m->sync_epoch++;
+		durable_reached(m, upto + 1);
 	}
 	return rc;
 }
@@ -1218,6 +1261,135 @@ static void *committer_main(void *arg)
 		}
 		if (txn_commit(m, 0) != 0 && m->txn_open)
 			m->txn_start = now_monotonic(); /* retry later */
+	}
+	unlock(m);
+	return NULL;
+}
+
+/* ---- durability: meta_sync() ------------------------------------------- */
+
+/* fdatasync of our own descriptor of the WAL: -ESTALE when it no longer
+ * names the WAL (SQLite deletes it only when the last connection closes,
+ * and ours stays open; this is a check, not a path taken). Unlocked. */
+static int walfd_sync(struct meta *m, int fd)
+{
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || st.st_nlink == 0)
+		return -ESTALE;
+	if (fdatasync(fd) != 0) {
+		int rc = -errno;
+		meta_log("%s-wal: fdatasync: %s", m->path, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* One sync round: commits, then fsyncs the WAL with the lock released.
+ * Called and returns with the lock held; 0 or -errno (also recorded for
+ * the waiters the round covered). */
+static int sync_round(struct meta *m)
+{
+	int rc = txn_commit(m, 0);
+	uint64_t upto = m->sync_epoch;
+	if (!rc && !m->unsynced) { /* every commit is fsync'ed already */
+		durable_reached(m, upto);
+		return 0;
+	}
+	if (!rc) {
+		m->sync_epoch++;
+		m->unsynced = 0;
+		m->syncing = 1;
+		int fd = m->walfd;
+		unlock(m);
+		rc = walfd_sync(m, fd);
+		lock(m);
+		m->syncing = 0;
+		if (rc == -ESTALE) { /* through SQLite, under the lock */
+			rc = wal_sync(m);
+			if (rc == 0 && m->walfd >= 0) {
+				close(m->walfd);
+				m->walfd = -1;
+			}
+		}
+	}
+	if (rc) {
+		m->unsynced = 1;
+		m->fail_upto = upto + 1;
+		m->fail_seq++;
+		m->fail_rc = rc;
+		durable_reached(m, 0); /* wakes the waiters */
+	} else {
+		durable_reached(m, upto + 1);
+	}
+	return rc;
+}
+
+int meta_sync_begin(struct meta *m, uint64_t ino, int datasync,
+		    uint64_t *ticket)
+{
+	lock(m);
+	struct inode *in = inode_find(m, ino);
+	/* a gone inode: everything so far */
+	uint64_t stamp = !in	    ? m->sync_epoch
+			 : datasync ? in->sync_data
+				    : in->sync_all;
+	*ticket = stamp >= m->durable_epoch ? stamp + 1 : 0;
+	int rc = m->failed;
+	if (!rc && *ticket && *ticket > m->sync_want) {
+		m->sync_want = *ticket;
+		if (m->has_syncer && !m->syncing &&
+		    (rc = pthread_cond_signal(&m->sync_cond)) != 0) {
+			meta_log("pthread_cond_signal: %s", strerror(rc));
+			rc = 0; /* the waiter syncs itself */
+		}
+	}
+	unlock(m);
+	return rc;
+}
+
+int meta_sync_wait(struct meta *m, uint64_t ticket)
+{
+	if (!ticket)
+		return 0;
+	lock(m);
+	uint64_t seen = m->fail_seq;
+	int rc = 0;
+	while (m->durable_epoch < ticket && !rc) {
+		if (m->failed)
+			rc = m->failed;
+		else if (m->fail_seq != seen && ticket <= m->fail_upto)
+			rc = m->fail_rc;
+		else if (!m->syncing)
+			rc = sync_round(m);
+		else if ((rc = pthread_cond_wait(&m->synced, &m->lock)) != 0)
+			meta_log("pthread_cond_wait: %s", strerror(rc));
+	}
+	unlock(m);
+	return rc;
+}
+
+int meta_sync(struct meta *m, uint64_t ino, int datasync)
+{
+	uint64_t ticket;
+	int rc = meta_sync_begin(m, ino, datasync, &ticket);
+	return rc ? rc : meta_sync_wait(m, ticket);
+}
+
+/* Starts sync rounds as soon as meta_sync_begin() asks, so that the WAL's
+ * fsync overlaps the caller's own. */
+static void *syncer_main(void *arg)
+{
+	struct meta *m = arg;
+	lock(m);
+	while (!m->stop) {
+		if (m->durable_epoch < m->sync_want && !m->syncing) {
+			if (sync_round(m) != 0)
+				m->sync_want = 0; /* its waiters are told */
+			continue;
+		}
+		int rc = pthread_cond_wait(&m->sync_cond, &m->lock);
+		if (rc)
+			meta_log("pthread_cond_wait: %s", strerror(rc));
 	}
 	unlock(m);
 	return NULL;
@@ -1554,6 +1726,22 @@ static int load(struct meta *m)
 	return 0;
 }
 
+/* Stops and joins the committer and the syncer. */
+static void stop_threads(struct meta *m)
+{
+	lock(m);
+	m->stop = 1;
+	if (pthread_cond_broadcast(&m->cond) != 0 ||
+	    pthread_cond_broadcast(&m->sync_cond) != 0)
+		meta_log("pthread_cond_broadcast failed");
+	unlock(m);
+	if (m->has_committer && pthread_join(m->committer, NULL) != 0)
+		meta_log("pthread_join of the committer failed");
+	if (m->has_syncer && pthread_join(m->syncer, NULL) != 0)
+		meta_log("pthread_join of the syncer failed");
+	m->has_committer = m->has_syncer = 0;
+}
+
 int meta_open(const struct meta_config *cfg, struct meta **out)
 {
 	int rc;
@@ -1584,6 +1772,12 @@ int meta_open(const struct meta_config *cfg, struct meta **out)
 		meta_log("pthread_condattr_destroy failed");
 	if (rc)
 		goto fail_3;
+	m->walfd = -1;
+	if (pthread_cond_init(&m->sync_cond, NULL) != 0 ||
+	    pthread_cond_init(&m->synced, NULL) != 0) {
+		rc = -ENOMEM; /* (conditions without attributes: never fails) */
+		goto fail_4;
+	}
 	if (htab_init(&m->inodes) || htab_init(&m->dnames) ||
 	    htab_init(&m->dcookies)) {
 		rc = -ENOMEM;
@@ -1606,19 +1800,34 @@ int meta_open(const struct meta_config *cfg, struct meta **out)
 	rc = txn_commit(m, 1);
 	if (rc)
 		goto fail_5;
+	/* the WAL exists now; without this descriptor, syncs go through
+	 * SQLite under the lock */
+	char wal[PATH_MAX];
+	if (snprintf(wal, sizeof(wal), "%s-wal", m->path) < (int)sizeof(wal))
+		m->walfd = open(wal, O_RDONLY | O_CLOEXEC);
+	rc = -pthread_create(&m->syncer, NULL, syncer_main, m);
+	if (rc)
+		goto fail_5;
+	m->has_syncer = 1;
 	if (m->cfg.commit_interval_ms || m->cfg.lazy_commit_ms) {
 		rc = -pthread_create(&m->committer, NULL, committer_main, m);
 		if (rc)
-			goto fail_5;
+			goto fail_6;
 		m->has_committer = 1;
 	}
 	*out = m;
 	return 0;
+fail_6:
+	stop_threads(m);
 fail_5:
+	if (m->walfd >= 0)
+		close(m->walfd);
 	db_close(m);
 fail_4:
 	mirror_free(m); /* also frees the half-made tables */
-	if (pthread_cond_destroy(&m->cond) != 0)
+	if (pthread_cond_destroy(&m->cond) != 0 ||
+	    pthread_cond_destroy(&m->sync_cond) != 0 ||
+	    pthread_cond_destroy(&m->synced) != 0)
 		meta_log("pthread_cond_destroy failed");
 fail_3:
 	if (pthread_mutex_destroy(&m->lock) != 0)
@@ -1634,27 +1843,21 @@ void meta_close(struct meta *m)
 {
 	if (!m)
 		return;
+	stop_threads(m);
 	lock(m);
-	m->stop = 1;
-	int rc = pthread_cond_broadcast(&m->cond);
-	if (rc)
-		meta_log("pthread_cond_broadcast: %s", strerror(rc));
-	unlock(m);
-	if (m->has_committer) {
-		rc = pthread_join(m->committer, NULL);
-		if (rc)
-			meta_log("pthread_join: %s", strerror(rc));
-	}
-	lock(m);
-	rc = txn_commit(m, 1);
+	int rc = txn_commit(m, 1);
 	if (rc)
 		meta_log("%s: final commit failed: %s; uncommitted changes "
 			 "are lost",
 			 m->path, strerror(-rc));
 	db_close(m);
+	if (m->walfd >= 0)
+		close(m->walfd);
 	mirror_free(m);
 	unlock(m);
 	if (pthread_cond_destroy(&m->cond) != 0 ||
+	    pthread_cond_destroy(&m->sync_cond) != 0 ||
+	    pthread_cond_destroy(&m->synced) != 0 ||
 	    pthread_mutex_destroy(&m->lock) != 0)
 		meta_log("destroying the lock failed");
 	free(m->path);
@@ -1690,17 +1893,6 @@ int meta_commit(struct meta *m)
 {
 	lock(m);
 	int rc = txn_commit(m, 1);
-	unlock(m);
-	return rc;
-}
-
-int meta_sync(struct meta *m, uint64_t ino, int datasync)
-{
-	lock(m);
-	struct inode *in = inode_find(m, ino);
-	int rc = 0;
-	if (!in || (datasync ? in->sync_data : in->sync_all) >= m->sync_epoch)
-		rc = txn_commit(m, 1);
 	unlock(m);
 	return rc;
 }

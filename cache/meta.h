@@ -100,6 +100,14 @@ int meta_commit(struct meta *m);
  * (for fdatasync: the inode's existence, size, links and dirty flags; an
  * mtime alone needs no commit). */
 int meta_sync(struct meta *m, uint64_t ino, int datasync);
+/* meta_sync() in two halves, so that the caller's own flushes run while
+ * the store's syncer thread fsyncs the write-ahead log (outside the
+ * store's lock; concurrent callers share one fsync). begin: *ticket 0 when
+ * nothing is owed, else what to pass to meta_sync_wait(), which returns
+ * once those changes are durable (0), or -errno. */
+int meta_sync_begin(struct meta *m, uint64_t ino, int datasync,
+		    uint64_t *ticket);
+int meta_sync_wait(struct meta *m, uint64_t ticket);
 
 /* Changes this thread makes between meta_batch_begin() and
  * meta_batch_end() share one commit, made by meta_batch_end() (when

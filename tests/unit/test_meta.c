@@ -2286,6 +2286,79 @@ static void test_fdatasync_commits_a_size_change_fsync_any(void **state)
 	assert_int_equal(count_name(f->path, "synced"), 0);
 }
 
+static void test_sync_tickets_cover_what_was_changed_before(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, SLOW_INTERVAL_MS);
+	uint64_t a = mkfile(f->m, ROOT, "a"), b = mkfile(f->m, ROOT, "b");
+	uint64_t ta, tb, t;
+	assert_int_equal(meta_sync_begin(f->m, a, 1, &ta), 0);
+	assert_true(ta != 0); /* a new inode is owed a sync */
+	struct meta_attr in = {.size = 7}, out;
+	assert_int_equal(meta_setattr(f->m, b, META_SET_GROW, &in, &out), 0);
+	assert_int_equal(meta_sync_begin(f->m, b, 1, &tb), 0);
+	assert_true(tb >= ta);
+	assert_int_equal(meta_sync_wait(f->m, tb), 0);
+	assert_int_equal(meta_sync_wait(f->m, ta), 0);
+	/* both durable: nothing owed, and the size is in the file */
+	assert_int_equal(meta_sync_begin(f->m, a, 0, &t), 0);
+	assert_int_equal(t, 0);
+	assert_int_equal(meta_sync_begin(f->m, b, 0, &t), 0);
+	assert_int_equal(t, 0);
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "SELECT size FROM inodes WHERE ino = %" PRIu64, b);
+	assert_int_equal(peek(f->path, sql), 7);
+	assert_int_equal(meta_sync_wait(f->m, 0), 0);
+}
+
+struct syncer_arg {
+	struct meta *m;
+	uint64_t ino;
+	int rc;
+};
+
+static void *grow_and_sync(void *p)
+{
+	struct syncer_arg *a = p;
+	for (uint64_t i = 1; i <= 300 && a->rc == 0; i++) {
+		struct meta_attr in = {.size = i}, out;
+		a->rc = meta_setattr(a->m, a->ino, META_SET_GROW, &in, &out);
+		if (a->rc == 0)
+			a->rc = meta_sync(a->m, a->ino, 1);
+	}
+	return NULL;
+}
+
+static void test_concurrent_fsyncs_all_end_durable(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, SLOW_INTERVAL_MS);
+	enum { N = 4 };
+	pthread_t th[N];
+	struct syncer_arg arg[N];
+	for (int i = 0; i < N; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "f%d", i);
+		arg[i] = (struct syncer_arg){f->m, mkfile(f->m, ROOT, name), 0};
+		assert_int_equal(
+			pthread_create(&th[i], NULL, grow_and_sync, &arg[i]),
+			0);
+	}
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(arg[i].rc, 0);
+		uint64_t t;
+		assert_int_equal(meta_sync_begin(f->m, arg[i].ino, 1, &t), 0);
+		assert_int_equal(t, 0);
+		char sql[128];
+		snprintf(sql, sizeof(sql),
+			 "SELECT size FROM inodes WHERE ino = %" PRIu64,
+			 arg[i].ino);
+		assert_int_equal(peek(f->path, sql), 300);
+	}
+}
+
 static void test_close_commits_pending_changes(void **state)
 {
 	struct fixture *f = *state;
@@ -2490,6 +2563,8 @@ int main(void)
 		T(test_a_lazy_mtime_is_committed_by_the_timer),
 		T(test_a_lazy_change_goes_with_the_next_eager_one),
 		T(test_fdatasync_commits_a_size_change_fsync_any),
+		T(test_sync_tickets_cover_what_was_changed_before),
+		T(test_concurrent_fsyncs_all_end_durable),
 		T(test_close_commits_pending_changes),
 		T(test_ten_thousand_files_in_one_directory),
 		T(test_concurrent_changes_with_group_commit_stay_consistent),
