@@ -1194,6 +1194,23 @@ static int op_end(struct meta *m, struct op *op, int rc)
  * is not lazy (see op_done_lazy()). */
 static __thread int batch_depth, batch_eager;
 
+/* With commit_interval_ms 0, what ends a change or a batch of changes:
+ * a commit now, or, when all of it is lazy and the committer runs, a
+ * wake-up of the committer. Logs a failed commit; 0 or -errno. */
+static int commit_or_wake(struct meta *m, int lazy)
+{
+	if (m->cfg.commit_interval_ms != 0)
+		return 0;
+	if (lazy && m->has_committer) {
+		wake_committer(m);
+		return 0;
+	}
+	int rc = txn_commit(m, 0);
+	if (rc)
+		meta_log("%s: commit: %s", m->path, strerror(-rc));
+	return rc;
+}
+
 /* After a change is applied in memory. lazy: the change may wait for the
  * committer (lazy_commit_ms) when commits are otherwise immediate. */
 static void op_done_lazy(struct meta *m, struct op *op, int lazy)
@@ -1212,16 +1229,8 @@ static void op_done_lazy(struct meta *m, struct op *op, int lazy)
 	}
 	if (!lazy && batch_depth > 0)
 		batch_eager = 1;
-	if (m->cfg.commit_interval_ms == 0 && batch_depth == 0) {
-		if (lazy && m->has_committer) {
-			wake_committer(m);
-		} else {
-			int rc = txn_commit(m, 0);
-			if (rc)
-				meta_log("%s: commit: %s", m->path,
-					 strerror(-rc));
-		}
-	}
+	if (batch_depth == 0)
+		commit_or_wake(m, lazy);
 	debug_check(m);
 }
 
@@ -1874,18 +1883,12 @@ int meta_batch_end(struct meta *m)
 	int rc = 0;
 	if (batch_depth > 0 && --batch_depth > 0)
 		return 0;
-	int eager = batch_eager || !m->has_committer;
+	int lazy = !batch_eager; /* lazy changes only */
 	batch_eager = 0;
 	lock(m);
-	if (m->cfg.commit_interval_ms == 0 && m->txn_open) {
-		if (eager)
-			rc = txn_commit(m, 0);
-		else
-			wake_committer(m); /* lazy changes only */
-	}
+	if (m->txn_open)
+		rc = commit_or_wake(m, lazy);
 	unlock(m);
-	if (rc)
-		meta_log("%s: commit: %s", m->path, strerror(-rc));
 	return rc;
 }
 
