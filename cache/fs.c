@@ -716,8 +716,8 @@ static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
 			/* an unlink or rename of the name read must still win
 			 */
 			fs_debug_pause("TIERFS_DEBUG_UPLOAD_PAUSE_MS");
-			rc = meta_outbox_cancel_for(fs->meta, key, ino, n,
-						    path);
+			rc = meta_outbox_cancel_for(fs->meta, key, ino, n, path,
+						    FS_ETAG_UNKNOWN);
 		}
 		if (rc == -ESTALE) {
 			/* that name went meanwhile, and the names after it
@@ -794,12 +794,12 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 	fs_debug_pause("TIERFS_DEBUG_UPLOAD_PAUSE_MS");
 	/* a deletion still queued for this key would destroy what we write;
 	 * but if the name went since we read it, its deletion stands and
-	 * nothing is written there (a new name uploads on its own) */
-	rc = meta_outbox_cancel_for(fs->meta, key, ino, 0, path);
-	char known[S3_ETAG_MAX];
-	meta_get_etag(fs->meta, ino, known, sizeof(known));
-	if (!rc && !known[0]) /* committed before the first PUT can land */
-		rc = meta_set_etag(fs->meta, ino, FS_ETAG_UNKNOWN);
+	 * nothing is written there (a new name uploads on its own). In the
+	 * same step, and committed before the first PUT can land, an inode
+	 * never uploaded gets the ETag "unknown": an unlink from then on
+	 * queues its object's deletion */
+	rc = meta_outbox_cancel_for(fs->meta, key, ino, 0, path,
+				    FS_ETAG_UNKNOWN);
 	if (rc) {
 		layout_headers_free(&h);
 		goto out;
@@ -1490,9 +1490,11 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = meta_lookup(fs->meta, parent, name, &a);
 	/* The deletion goes into the outbox with the unlink, in one
 	 * transaction, and the flusher sends it in a batch, after any upload
-	 * in flight (it holds s3_lock alone). Even for a name not uploaded
-	 * yet: its first upload may be in flight, and a crash before that
-	 * upload's own clean-up would leave the object to come back. */
+	 * in flight (it holds s3_lock alone). Only for an inode that may have
+	 * an object: its first upload marks it before the PUT, in one step
+	 * with its check that the name is still there. A file created and
+	 * removed between two uploads (a build's temporary files) costs S3
+	 * nothing. */
 	char *key = NULL;
 	if (!rc)
 		rc = layout_key(fs->prefix, path, want_dir, &key);

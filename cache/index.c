@@ -314,7 +314,9 @@ struct remote {
  * listed one fails with 412. */
 static const char *object_etag(const struct robj *o, const struct remote *rm)
 {
-	return rm->etag[0] ? rm->etag : o->etag;
+	/* none at all (a server that sends none): "unknown" still says that
+	 * there is an object, and an unlink deletes it */
+	return rm->etag[0] ? rm->etag : o->etag[0] ? o->etag : FS_ETAG_UNKNOWN;
 }
 
 static void remote_free(struct remote *rm)

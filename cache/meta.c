@@ -2279,23 +2279,37 @@ int meta_outbox_cancel(struct meta *m, const char *key)
 }
 
 int meta_outbox_cancel_for(struct meta *m, const char *key, uint64_t ino,
-			   unsigned n, const char *path)
+			   unsigned n, const char *path, const char *mark)
 {
 	struct op op;
-	char *now = NULL;
+	char *now = NULL, *copy = NULL;
+	if (mark && !(copy = strndup(mark, META_ETAG_MAX)))
+		return -ENOMEM;
 	lock(m);
 	int rc = path_nth_locked(m, ino, n, &now);
 	if (rc == -ENOENT || (!rc && strcmp(now, path) != 0))
 		rc = -ESTALE; /* the name went: its deletion stays queued */
 	free(now);
+	struct inode *in = rc ? NULL : inode_find(m, ino);
 	if (!rc)
 		rc = op_begin(m, &op);
 	if (!rc) {
-		rc = op_end(m, &op, outbox_run(m, ST_OUTBOX_DEL_KEY, key, 0));
+		int marks = copy && in && !in->etag;
+		if (marks)
+			in->etag = copy;
+		rc = outbox_run(m, ST_OUTBOX_DEL_KEY, key, 0);
+		if (!rc && marks)
+			rc = db_inode_put(m, in);
+		rc = op_end(m, &op, rc);
+		if (marks && rc)
+			in->etag = NULL; /* rolled back; copy is freed below */
+		else if (marks)
+			copy = NULL;
 		if (!rc)
 			op_done(m, &op);
 	}
 	unlock(m);
+	free(copy);
 	return rc;
 }
 
@@ -2612,7 +2626,7 @@ int meta_unlink_queue(struct meta *m, uint64_t parent, const char *name,
 	op_touch(&op, dir);
 	dir->a.mtime = dir->a.ctime = op.now;
 	rc = db_dentry(m, ST_DENTRY_DEL, parent, name, len, 0, 0);
-	if (!rc && key)
+	if (!rc && key && in->etag)
 		rc = outbox_run(m, ST_OUTBOX_INS, key, 0);
 	if (!rc)
 		rc = op_write(m, &op);

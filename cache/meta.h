@@ -160,8 +160,10 @@ int meta_unlink(struct meta *m, uint64_t parent, const char *name, int want_dir,
 		uint64_t *ino_out);
 /* meta_unlink() that, in the same transaction, queues key (the name's S3
  * object) in the outbox of deletions S3 is still owed, so a crash can
- * neither lose the deletion nor keep it without the unlink. key NULL:
- * plain meta_unlink(). */
+ * neither lose the deletion nor keep it without the unlink. Only for an
+ * inode with an ETag: one without has no object anywhere (see
+ * meta_outbox_cancel_for()), and its deletion would be a request for
+ * nothing. key NULL: plain meta_unlink(). */
 int meta_unlink_queue(struct meta *m, uint64_t parent, const char *name,
 		      int want_dir, const char *key, uint64_t *ino_out);
 /* Queues deletions of keys (a rename's old names), in one transaction. */
@@ -180,9 +182,11 @@ int meta_outbox_cancel(struct meta *m, const char *key);
 /* meta_outbox_cancel() for an upload of ino's n-th name, path, to key:
  * in one step with the check that ino still has that name, so an unlink
  * or rename queued meanwhile keeps its deletion. -ESTALE when the name is
- * gone (the upload must not write there). */
+ * gone (the upload must not write there). In the same step an inode with
+ * no ETag gets mark (when not NULL): from then on it may have an object,
+ * and an unlink queues the deletion. */
 int meta_outbox_cancel_for(struct meta *m, const char *key, uint64_t ino,
-			   unsigned n, const char *path);
+			   unsigned n, const char *path, const char *mark);
 /* rename(2) semantics: replaces a compatible destination (file over file,
  * empty directory over directory), -EINVAL when moving a directory into
  * itself or a descendant; flags are RENAME_NOREPLACE / RENAME_EXCHANGE.

@@ -1463,9 +1463,12 @@ static void test_outbox_queues_deletions_with_the_unlink(void **state)
 	struct fixture *f = *state;
 	uint64_t ids[8], ino;
 	char *keys[8];
-	mkfile(f->m, ROOT, "a");
-	mkfile(f->m, ROOT, "b");
-	mkfile(f->m, ROOT, "c");
+	/* files with objects: uploaded, or read from the listing */
+	const char *names[] = {"a", "b", "c"};
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(
+			meta_set_etag(f->m, mkfile(f->m, ROOT, names[i]), "e"),
+			0);
 	assert_int_equal(meta_unlink_queue(f->m, ROOT, "a", 0, "vol/a", &ino),
 			 0);
 	assert_int_equal(meta_unlink_queue(f->m, ROOT, "b", 0, "vol/b", &ino),
@@ -1512,17 +1515,18 @@ test_outbox_cancel_for_a_name_that_went_keeps_the_deletion(void **state)
 	/* a deletion queued for a name that is back (a new file there) */
 	const char *stale[] = {"vol/a"};
 	assert_int_equal(meta_outbox_add(f->m, stale, 1), 0);
-	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/a", x, 0, "a"), 0);
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/a", x, 0, "a", "?"),
+			 0);
 	assert_int_equal(meta_outbox_has(f->m, "vol/a"), 0);
 	/* b unlinked after the upload read it: its deletion stands */
 	assert_int_equal(meta_unlink_queue(f->m, ROOT, "b", 0, "vol/b", &ino),
 			 0);
-	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/b", x, 1, "b"),
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/b", x, 1, "b", "?"),
 			 -ESTALE);
 	assert_int_equal(meta_outbox_has(f->m, "vol/b"), 1);
 	/* a renamed: its old key's deletion stands too */
 	assert_int_equal(meta_rename(f->m, ROOT, "a", ROOT, "c", 0, NULL), 0);
-	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/a", x, 0, "a"),
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/a", x, 0, "a", "?"),
 			 -ESTALE);
 	assert_int_equal(meta_outbox_peek(f->m, 4, ids, keys), 1);
 	assert_string_equal(keys[0], "vol/b");
@@ -1530,8 +1534,54 @@ test_outbox_cancel_for_a_name_that_went_keeps_the_deletion(void **state)
 	/* and an inode with no name left */
 	assert_int_equal(meta_unlink_queue(f->m, ROOT, "c", 0, "vol/c", &ino),
 			 0);
-	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/c", x, 0, "c"),
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/c", x, 0, "c", "?"),
 			 -ESTALE);
+	assert_int_equal(meta_outbox_has(f->m, "vol/c"), 1);
+	assert_int_equal(meta_check(f->m), 0);
+}
+
+/* An inode gets a mark with the first upload's cancel_for, in one step
+ * with the check of its name; an unlink queues a deletion only for an
+ * inode with a mark or an ETag. */
+static void test_unlink_of_a_file_never_uploaded_queues_nothing(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ino;
+	char etag[64];
+	uint64_t a = mkfile(f->m, ROOT, "a");
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "a", 0, "vol/a", &ino),
+			 0);
+	assert_int_equal(ino, a);
+	assert_int_equal(meta_outbox_has(f->m, "vol/a"), 0);
+	/* an upload that found its name gone marks nothing */
+	uint64_t b = mkfile(f->m, ROOT, "b");
+	assert_int_equal(meta_rename(f->m, ROOT, "b", ROOT, "c", 0, NULL), 0);
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/b", b, 0, "b", "?"),
+			 -ESTALE);
+	assert_int_equal(meta_get_etag(f->m, b, etag, sizeof(etag)), 0);
+	assert_string_equal(etag, "");
+	/* one that starts marks it, and keeps an ETag it has */
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/c", b, 0, "c", "?"),
+			 0);
+	assert_int_equal(meta_get_etag(f->m, b, etag, sizeof(etag)), 0);
+	assert_string_equal(etag, "?");
+	assert_int_equal(meta_set_etag(f->m, b, "e1"), 0);
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/c", b, 0, "c", "?"),
+			 0);
+	assert_int_equal(meta_get_etag(f->m, b, etag, sizeof(etag)), 0);
+	assert_string_equal(etag, "e1");
+	/* the mark is kept across a reopen, and the unlink queues */
+	uint64_t d = mkfile(f->m, ROOT, "d");
+	assert_int_equal(meta_outbox_cancel_for(f->m, "vol/d", d, 0, "d", "?"),
+			 0);
+	assert_int_equal(meta_commit(f->m), 0);
+	meta_close(f->m);
+	f->m = open_store(f, 0);
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "d", 0, "vol/d", &ino),
+			 0);
+	assert_int_equal(meta_outbox_has(f->m, "vol/d"), 1);
+	assert_int_equal(meta_unlink_queue(f->m, ROOT, "c", 0, "vol/c", &ino),
+			 0);
 	assert_int_equal(meta_outbox_has(f->m, "vol/c"), 1);
 	assert_int_equal(meta_check(f->m), 0);
 }
@@ -2544,6 +2594,7 @@ int main(void)
 		T(test_outbox_queues_deletions_with_the_unlink),
 		T(test_outbox_add_and_has),
 		T(test_outbox_cancel_for_a_name_that_went_keeps_the_deletion),
+		T(test_unlink_of_a_file_never_uploaded_queues_nothing),
 		T(test_setattr_grow_never_shrinks),
 		T(test_adopting_kernel_refs_keeps_orphans_and_unlinked_inodes),
 		T(test_setattr_if_refuses_a_dirty_or_changed_inode),
