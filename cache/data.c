@@ -63,9 +63,11 @@
  * fetch starts (a write may later land on one; that is what the copy-back
  * handles).
  *
- * Read-ahead: per file, up to DATA_RA_STREAMS sequential streams, so that
- * readers of disjoint parts of one file (a data loader's workers, fio
- * with offset_increment) each get their own. A stream remembers where its
+ * Read-ahead: per open file, up to DATA_RA_STREAMS_MAX sequential
+ * streams, so that readers of disjoint parts of one file (a data loader's
+ * workers, fio with offset_increment) each get their own. The table is
+ * allocated at the first read, doubles while all its streams are in use,
+ * and goes with the file's last reference. A stream remembers where its
  * previous read ended (next). A read starting at a stream's next is
  * sequential: the fetch of the gap that reaches the end of the request is
  * widened to the stream's window (readahead_min first, then doubling
@@ -125,6 +127,12 @@ struct fetch_rec {
 	uint64_t end;
 };
 
+struct ra_stream {
+	uint64_t next;	 /* where its previous read ended */
+	uint64_t window; /* next read-ahead window; 0: start over */
+	uint64_t used;	 /* ra_tick of its last read; 0: free */
+};
+
 struct data_file {
 	struct data *d; /* immutable */
 	uint64_t ino;	/* immutable */
@@ -152,12 +160,9 @@ struct data_file {
 	uint64_t log_bytes;	 /* length of the log file */
 	int log_broken;		 /* a torn append could not be cut off */
 	int sync_dir;		 /* created since the last data_sync() */
-	int log_unsynced; /* appended to since its last fsync (or opened) */
-	struct ra_stream {
-		uint64_t next;	 /* where its previous read ended */
-		uint64_t window; /* next read-ahead window; 0: start over */
-		uint64_t used;	 /* ra_tick of its last read; 0: free */
-	} ra[DATA_RA_STREAMS];
+	int log_unsynced;     /* appended to since its last fsync (or opened) */
+	struct ra_stream *ra; /* nra of them; NULL until read while open */
+	unsigned nra;
 	uint64_t ra_tick;
 };
 
@@ -590,6 +595,7 @@ static void file_free(struct data_file *f)
 	ranges_free(&f->dirty);
 	ranges_free(&f->rewritten);
 	free(f->inflight);
+	free(f->ra);
 	pthread_cond_destroy(&f->fetched);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
@@ -1321,26 +1327,40 @@ void data_put(struct data_file *f)
 	file_close_fds(f);
 	f->nsnap = 0;
 	ranges_free(&f->rewritten);
-	memset(f->ra, 0, sizeof(f->ra));
+	free(f->ra); /* the readers are gone */
+	f->ra = NULL;
+	f->nra = 0;
 	check_file(f);
 	unlock_mutex(&f->lock);
 	lru_append(d, f);
 	unlock_mutex(&d->lock);
 }
 
-/* The read-ahead stream a read at off continues, or the free or least
- * recently read one for it to start. */
+/* The read-ahead stream a read at off continues, or one for it to start:
+ * a free one, a new one while every stream is in use and the table can
+ * still double, or else the one read least recently. NULL: no memory. */
 static struct ra_stream *ra_stream_for(struct data_file *f, uint64_t off)
 {
-	struct ra_stream *old = &f->ra[0];
-	for (size_t i = 0; i < DATA_RA_STREAMS; i++) {
+	struct ra_stream *old = NULL;
+	for (unsigned i = 0; i < f->nra; i++) {
 		struct ra_stream *st = &f->ra[i];
 		if (st->used && st->next == off)
 			return st;
-		if (st->used < old->used)
+		if (!old || st->used < old->used)
 			old = st;
 	}
-	old->used = 0; /* a new stream */
+	if ((!old || old->used) && f->nra < DATA_RA_STREAMS_MAX) {
+		unsigned n = f->nra ? 2 * f->nra : DATA_RA_STREAMS_MIN;
+		struct ra_stream *v = realloc(f->ra, n * sizeof(*v));
+		if (v) {
+			memset(v + f->nra, 0, (n - f->nra) * sizeof(*v));
+			old = &v[f->nra];
+			f->ra = v;
+			f->nra = n;
+		} /* else: f->ra as it was, and old still points into it */
+	}
+	if (old)
+		old->used = 0; /* a new stream */
 	return old;
 }
 
@@ -1374,7 +1394,9 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 		return 0;
 	}
 	uint64_t end = off + min_u64(len, f->size - off);
-	struct ra_stream *st = ra_stream_for(f, off);
+	struct ra_stream none = {0, 0, 0}, *st = ra_stream_for(f, off);
+	if (!st)
+		st = &none; /* no memory for a stream: no read-ahead */
 	uint64_t ra = 0;
 	if (st->used && st->next == off)
 		ra = st->window ? st->window : d->cfg.readahead_min;

@@ -31,7 +31,10 @@
 
 #define DATA_DEFAULT_READAHEAD_MIN (128u << 10)
 #define DATA_DEFAULT_READAHEAD_MAX (16u << 20)
-#define DATA_RA_STREAMS 16 /* sequential readers of one file tracked */
+/* sequential readers of one open file tracked: the table starts at MIN
+ * streams and doubles while every stream in it is in use, up to MAX */
+#define DATA_RA_STREAMS_MIN 4
+#define DATA_RA_STREAMS_MAX 256
 #define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
 #define DATA_DEFAULT_RESERVE (64ull << 20)
 

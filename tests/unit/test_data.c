@@ -26,7 +26,7 @@
 
 #include "../../cache/data.h"
 
-#define MAX_CALLS 256
+#define MAX_CALLS 1024
 #define RA_MIN (16u << 10)
 #define RA_MAX (64u << 10)
 
@@ -259,7 +259,7 @@ static void test_interleaved_sequential_readers_each_get_readahead(void **state)
 	struct data_file *f;
 	unsigned char buf[4096];
 	const uint64_t K = 1024;
-	assert_int_equal(data_get(e->d, 1, 2048 * K, &f), 0);
+	assert_int_equal(data_get(e->d, 1, 4096 * K, &f), 0);
 	/* four readers, each sequential in its own quarter, in turn */
 	for (uint64_t step = 0; step < 64 * K; step += 4 * K)
 		for (uint64_t r = 0; r < 4; r++) {
@@ -278,7 +278,7 @@ static void test_interleaved_sequential_readers_each_get_readahead(void **state)
 		expect_call(e, 12 + r, base + 52 * K, 64 * K);
 	}
 	/* more readers than streams: the least recently read one goes */
-	for (uint64_t r = 0; r < DATA_RA_STREAMS + 1; r++)
+	for (uint64_t r = 0; r < DATA_RA_STREAMS_MAX + 1; r++)
 		assert_int_equal(data_read(f, buf, 16, 1200 * K + r * 8 * K),
 				 16);
 	int calls = e->fk.calls;
@@ -288,6 +288,39 @@ static void test_interleaved_sequential_readers_each_get_readahead(void **state)
 	assert_int_equal(data_read(f, buf, 16, 1200 * K + 16 * K + 16), 16);
 	/* read-ahead, up to the next reader's bytes, present already */
 	expect_call(e, calls + 1, 1200 * K + 16 * K + 16, 8 * K - 16);
+	data_put(f);
+}
+
+/* A data loader's 64 workers, or fio's 64 jobs with offset_increment:
+ * each reader keeps its stream while the others read (the table grows),
+ * so each gets read-ahead from its second read on. */
+static void test_many_interleaved_readers_each_keep_their_stream(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[8192];
+	const uint64_t K = 1024, R = 64, S = 64 * K;
+	/* (past the fake object's first MiB the bytes read are zeros; the
+	 * fetches are what this test counts) */
+	assert_int_equal(data_get(e->d, 1, R * S, &f), 0);
+	for (uint64_t step = 0; step < 16 * K; step += 4 * K)
+		for (uint64_t r = 0; r < R; r++)
+			assert_int_equal(data_read(f, buf, 4096, r * S + step),
+					 4096);
+	/* each: its first read exact, its second widened to 16 KiB, which
+	 * covers the next two; one fetch per read (256) without a stream */
+	assert_int_equal(e->fk.calls, 2 * R);
+	for (uint64_t r = 0; r < R; r++) {
+		expect_call(e, (int)r, r * S, 4 * K);
+		expect_call(e, (int)(R + r), r * S + 4 * K, 16 * K);
+	}
+	data_put(f);
+	/* the streams went with the last reference: a new open starts over,
+	 * so reader 0's next read (of which 4 KiB are absent) is exact */
+	assert_int_equal(data_get(e->d, 1, R * S, &f), 0);
+	assert_int_equal(data_read(f, buf, 8192, 16 * K), 8192);
+	assert_int_equal(e->fk.calls, 2 * R + 1);
+	expect_call(e, (int)(2 * R), 20 * K, 4 * K);
 	data_put(f);
 }
 
@@ -1094,6 +1127,7 @@ int main(void)
 		T(test_read_of_absent_range_fetches_exactly_it_once),
 		T(test_sequential_reads_double_readahead_and_random_resets),
 		T(test_interleaved_sequential_readers_each_get_readahead),
+		T(test_many_interleaved_readers_each_keep_their_stream),
 		T(test_reads_past_object_end_return_zeros_up_to_size),
 		T(test_truncate_grow_reads_zeros_without_fetching),
 		T(test_write_over_partial_data_merges_with_fetched_bytes),
