@@ -19,6 +19,10 @@
  * Files in DIR: "<ino>" is the sparse cache file (bytes at their file
  * offsets); "<ino>.log" is its range log; "<ino>.log.tmp" is a compaction
  * in progress and ".fetch.*" a fetch buffer (both deleted by data_open()).
+ * "<ino>.new" is the cache file of a file created here and not uploaded
+ * yet (data_create()): no object is behind it, so all its bytes are
+ * present and dirty, its size is the file's, and it needs no log. Its
+ * first upload gives it one ("adoption"; see below).
  *
  * Range log format: text lines, each ending in '\n', decimal numbers:
  *   "P+ a b"  bytes [a, b) were fetched from S3: present; size >= b
@@ -39,7 +43,11 @@
  *                 ftruncates (zeros), then appends "D+ old new".
  *   evict/remove: unlink the log first, then the file. A file without a
  *                 log is deleted by data_open(); a log without its file is
- *                 dropped.
+ *                 dropped. "<ino>.new" goes on its own.
+ *   adoption:     a compaction's snapshot becomes "<ino>.log" first
+ *                 (fsynced, and the directory), then "<ino>.new" is
+ *                 renamed "<ino>". data_open() finishes a rename a crash
+ *                 cut short: "<ino>.new" beside "<ino>.log" is renamed.
  *   compaction:   the snapshot ("S", "P+"s, "D+"s) goes to <ino>.log.tmp,
  *                 is fsynced, then renamed over <ino>.log and the directory
  *                 fsynced. Before the rename the old log is whole (the tmp
@@ -47,7 +55,8 @@
  *                 log passes DATA_LOG_COMPACT_MIN and is DATA_LOG_COMPACT_
  *                 RATIO times an upper bound of its compact form's size.
  * These orderings hold against a killed process. Against power loss only
- * data_sync() orders things: it fsyncs the file, then the log.
+ * data_sync() orders things: it fsyncs the file, then the log (a ".new"
+ * file has none to wait for: its size on disk says what it holds).
  *
  * Fetching: data_read() marks the range in flight (a record in the file's
  * in-flight list), drops the file lock and lets the fetch callback fill a
@@ -119,6 +128,7 @@
 #define DATA_NAME_MAX 32     /* "<20 digits>.log.tmp" and a NUL */
 #define DATA_COPY_CHUNK (256u << 10)
 #define DATA_FETCH_TMP_PREFIX ".fetch."
+#define DATA_NEW_SUFFIX ".new"
 /* No byte limit by default: only the free-space floor bounds the cache. */
 #define DATA_DEFAULT_SIZE_LIMIT UINT64_MAX
 
@@ -160,7 +170,8 @@ struct data_file {
 	uint64_t log_bytes;	 /* length of the log file */
 	int log_broken;		 /* a torn append could not be cut off */
 	int sync_dir;		 /* created since the last data_sync() */
-	int log_unsynced;     /* appended to since its last fsync (or opened) */
+	int log_unsynced; /* appended to since its last fsync (or opened) */
+	int nolog; /* "<ino>.new", no log: present == dirty == [0, size) */
 	struct ra_stream *ra; /* nra of them; NULL until read while open */
 	unsigned nra;
 	uint64_t ra_tick;
@@ -362,7 +373,11 @@ static void check_file(const struct data_file *f)
 	assert(f->nsnap > 0 || f->rewritten.n == 0);
 	assert(f->pbytes == ranges_bytes(&f->present));
 	assert(f->dbytes == ranges_bytes(&f->dirty));
-	assert((f->fd < 0) == (f->logfd < 0));
+	if (f->nolog)
+		assert(f->logfd < 0 && f->pbytes == f->size &&
+		       f->dbytes == f->size);
+	else
+		assert((f->fd < 0) == (f->logfd < 0));
 }
 #else
 #define check_file(f) ((void)0)
@@ -417,6 +432,8 @@ static void account(struct data_file *f, uint64_t p0, uint64_t d0)
  * never holds a torn line in its middle. */
 static int log_append(struct data_file *f, const struct buf *b)
 {
+	if (f->nolog) /* "everything is dirty" says it all */
+		return 0;
 	if (f->log_broken)
 		return -EIO;
 	if (!b->len)
@@ -437,7 +454,10 @@ static int log_append(struct data_file *f, const struct buf *b)
 	return rc;
 }
 
-static int compact_locked(struct data_file *f)
+/* Replaces the log with a snapshot of f's size, its present set and
+ * dirty: "<ino>.log.tmp", fsynced, renamed over "<ino>.log", and the
+ * directory fsynced. f->logfd then is the new log (an old one is closed). */
+static int write_log_locked(struct data_file *f, const struct ranges *dirty)
 {
 	struct data *d = f->d;
 	char name[DATA_NAME_MAX], tmp[DATA_NAME_MAX];
@@ -446,9 +466,9 @@ static int compact_locked(struct data_file *f)
 	for (size_t i = 0; i < f->present.n && rc == 0; i++)
 		rc = buf_printf(&b, "P+ %" PRIu64 " %" PRIu64 "\n",
 				f->present.v[i].start, f->present.v[i].end);
-	for (size_t i = 0; i < f->dirty.n && rc == 0; i++)
+	for (size_t i = 0; i < dirty->n && rc == 0; i++)
 		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n",
-				f->dirty.v[i].start, f->dirty.v[i].end);
+				dirty->v[i].start, dirty->v[i].end);
 	if (rc)
 		goto fail_0;
 	file_name(name, f->ino, ".log");
@@ -472,7 +492,7 @@ static int compact_locked(struct data_file *f)
 		goto fail_1;
 	}
 	/* The new log is in place: from here on, use it whatever happens. */
-	if (close(f->logfd))
+	if (f->logfd >= 0 && close(f->logfd))
 		rc = -errno; /* the old log is gone; nothing to lose */
 	f->logfd = tfd;
 	f->log_bytes = b.len;
@@ -491,11 +511,51 @@ fail_0:
 	return rc;
 }
 
+static int compact_locked(struct data_file *f)
+{
+	return write_log_locked(f, &f->dirty);
+}
+
+/* A ".new" file's first upload made the bytes of clean clean: it gets a
+ * log that says so, then its usual name. On failure it stays as it was
+ * (all dirty), unless only the rename failed and the log could not be
+ * taken back either: data_open() then finishes the rename, and the log
+ * it finds is true. */
+static int adopt_locked(struct data_file *f, const struct ranges *clean)
+{
+	struct data *d = f->d;
+	char name[DATA_NAME_MAX], neu[DATA_NAME_MAX];
+	struct ranges left;
+	int rc = copy_ranges(&f->dirty, &left);
+	for (size_t i = 0; i < clean->n && rc == 0; i++)
+		rc = ranges_remove(&left, clean->v[i].start, clean->v[i].end);
+	if (!rc)
+		rc = write_log_locked(f, &left);
+	ranges_free(&left);
+	if (rc)
+		return rc;
+	file_name(neu, f->ino, DATA_NEW_SUFFIX);
+	file_name(name, f->ino, "");
+	if (renameat(d->dirfd, neu, d->dirfd, name) != 0) {
+		rc = -errno;
+		(void)close(f->logfd); /* fsynced: nothing to lose */
+		f->logfd = -1;
+		file_name(name, f->ino, ".log");
+		(void)unlinkat(d->dirfd, name, 0);
+		return rc;
+	}
+	f->nolog = 0;
+	if (fsync(d->dirfd)) /* the log is in place: a crash finishes this */
+		f->sync_dir = 1;
+	return 0;
+}
+
 /* Compacts when the log has grown well past its compact form. A failure
  * leaves the old log, which is still whole, so it is not reported. */
 static void maybe_compact_locked(struct data_file *f)
 {
-	if (f->removed) /* the name may belong to a new file by now */
+	if (f->removed || f->nolog) /* removed: the name may belong to a new
+					file by now */
 		return;
 	uint64_t bound =
 		DATA_LOG_LINE_MAX * (2 + (uint64_t)f->present.n + f->dirty.n);
@@ -677,18 +737,21 @@ static void lru_unlink(struct data *d, struct data_file *f)
 	f->lru_prev = f->lru_next = NULL;
 }
 
-/* Unlinks the log, then the cache file (see the crash ordering above). */
-static int unlink_pair(struct data *d, uint64_t ino)
+static int unlink_name(struct data *d, uint64_t ino, const char *suffix)
 {
 	char name[DATA_NAME_MAX];
-	int rc = 0;
-	file_name(name, ino, ".log");
-	if (unlinkat(d->dirfd, name, 0) && errno != ENOENT)
-		rc = -errno;
-	file_name(name, ino, "");
-	if (unlinkat(d->dirfd, name, 0) && errno != ENOENT && rc == 0)
-		rc = -errno;
-	return rc;
+	file_name(name, ino, suffix);
+	return unlinkat(d->dirfd, name, 0) && errno != ENOENT ? -errno : 0;
+}
+
+/* Unlinks a ".new" file, or the log, then the cache file (see the crash
+ * ordering above). */
+static int unlink_pair(struct data *d, uint64_t ino)
+{
+	int rc = unlink_name(d, ino, DATA_NEW_SUFFIX);
+	int lrc = unlink_name(d, ino, ".log");
+	int frc = unlink_name(d, ino, "");
+	return rc ? rc : lrc ? lrc : frc;
 }
 
 /* Opens f's file and log (refs going 0 -> 1); create makes them empty. */
@@ -700,6 +763,16 @@ static int file_open_fds(struct data_file *f, int create)
 	struct stat st;
 	int rc;
 
+	if (f->nolog) {
+		file_name(name, f->ino, DATA_NEW_SUFFIX);
+		f->fd = openat(d->dirfd, name, O_RDWR | O_CLOEXEC | extra,
+			       0600);
+		if (f->fd < 0)
+			return -errno;
+		f->log_unsynced = 0;
+		f->sync_dir = create;
+		return 0;
+	}
 	/* log first: a crash between the two leaves a log with no file,
 	 * which data_open() drops */
 	file_name(name, f->ino, ".log");
@@ -981,6 +1054,42 @@ static int parse_name(const char *name, const char *suffix, uint64_t *ino)
 	return strcmp(p, suffix) == 0;
 }
 
+/* DIR/<ino>.new: renamed "<ino>" when its log is there (an adoption a
+ * crash cut short; pass 1 reads the log), else a new record with all its
+ * bytes dirty. 0 or -errno. */
+static int load_new(struct data *d, uint64_t ino)
+{
+	char name[DATA_NAME_MAX], neu[DATA_NAME_MAX];
+	struct stat st;
+	file_name(neu, ino, DATA_NEW_SUFFIX);
+	file_name(name, ino, ".log");
+	if (fstatat(d->dirfd, name, &st, 0) == 0) {
+		file_name(name, ino, "");
+		return renameat(d->dirfd, neu, d->dirfd, name) ? -errno : 0;
+	}
+	if (errno != ENOENT)
+		return -errno;
+	if (fstatat(d->dirfd, neu, &st, 0))
+		return errno == ENOENT ? 0 : -errno;
+	struct data_file *f = file_new(d, ino);
+	if (!f)
+		return -ENOMEM;
+	f->nolog = 1;
+	f->size = f->pbytes = f->dbytes = (uint64_t)st.st_size;
+	f->lru_time = st.st_mtim;
+	int rc = 0;
+	if (f->size && (ranges_add(&f->present, 0, f->size) ||
+			ranges_add(&f->dirty, 0, f->size)))
+		rc = -ENOMEM;
+	if (!rc)
+		rc = hash_insert(d, f);
+	if (rc)
+		file_free(f);
+	else
+		check_file(f);
+	return rc;
+}
+
 /* Reads DIR/<ino>.log into a new record. 1 with *out set, 0 when the log
  * was dropped (no cache file), or -errno. */
 static int load_one(struct data *d, uint64_t ino, struct data_file **out)
@@ -1101,6 +1210,15 @@ static int load_all(struct data *d)
 	}
 	int rc = 0;
 	struct dirent *de;
+	/* pass 0: ".new" files (before the logs: one may be adopted) */
+	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL) {
+		uint64_t ino;
+		if (parse_name(de->d_name, DATA_NEW_SUFFIX, &ino))
+			rc = load_new(d, ino);
+	}
+	if (rc == 0 && errno)
+		rc = -errno;
+	rewinddir(dir);
 	/* pass 1: logs (and leftovers of compaction and fetches) */
 	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL) {
 		uint64_t ino;
@@ -1247,6 +1365,28 @@ void data_close(struct data *d)
 	free(d);
 }
 
+/* A new record for ino, its files created empty (a ".new" one for nolog),
+ * in the table; under d->lock. */
+static int file_add(struct data *d, uint64_t ino, int nolog,
+		    struct data_file **out)
+{
+	struct data_file *f = file_new(d, ino);
+	if (!f)
+		return -ENOMEM;
+	f->nolog = nolog;
+	int rc = file_open_fds(f, 1);
+	if (!rc)
+		rc = hash_insert(d, f);
+	if (rc) {
+		if (f->fd >= 0)
+			(void)unlink_pair(d, ino);
+		file_free(f);
+		return rc;
+	}
+	*out = f;
+	return 0;
+}
+
 int data_get(struct data *d, uint64_t ino, uint64_t size,
 	     struct data_file **out)
 {
@@ -1254,20 +1394,13 @@ int data_get(struct data *d, uint64_t ino, uint64_t size,
 	lock_mutex(&d->lock);
 	struct data_file *f = hash_find(d, ino);
 	if (!f) {
-		f = file_new(d, ino);
-		if (!f) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		rc = file_open_fds(f, 1);
+		/* none left by an earlier file of this number (a failed
+		 * unlink): a ".new" beside the log would replace the file */
+		rc = unlink_name(d, ino, DATA_NEW_SUFFIX);
 		if (!rc)
-			rc = hash_insert(d, f);
-		if (rc) {
-			if (f->fd >= 0)
-				(void)unlink_pair(d, ino);
-			file_free(f);
+			rc = file_add(d, ino, 0, &f);
+		if (rc)
 			goto out;
-		}
 		f->size = size;
 	} else if (f->refs == 0) {
 		rc = file_open_fds(f, 0);
@@ -1277,7 +1410,7 @@ int data_get(struct data *d, uint64_t ino, uint64_t size,
 		/* The caller's size (the metadata's) wins for a clean file;
 		 * a dirty one keeps its own, since it saw the writes. */
 		lock_mutex(&f->lock);
-		if (f->size != size && f->dirty.n == 0) {
+		if (f->size != size && f->dirty.n == 0 && !f->nolog) {
 			if (size < f->size) {
 				rc = shrink_locked(f, size);
 			} else {
@@ -1305,6 +1438,41 @@ out:
 	return rc;
 }
 
+int data_create(struct data *d, uint64_t ino, struct data_file **out)
+{
+	int rc = 0;
+	lock_mutex(&d->lock);
+	struct data_file *f = hash_find(d, ino);
+	if (f && f->refs) {
+		rc = -EBUSY;
+		goto out;
+	}
+	if (f) { /* the record of an earlier file by this number */
+		lock_mutex(&f->lock);
+		__atomic_sub_fetch(&d->cached, f->pbytes, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&d->dirty, f->dbytes, __ATOMIC_RELAXED);
+		f->removed = 1;
+		unlock_mutex(&f->lock);
+		lru_unlink(d, f);
+		hash_remove(d, f);
+		file_free(f);
+		rc = unlink_pair(d, ino);
+	} else {
+		/* none left by a failed unlink either: a log beside the new
+		 * file would read as an adoption a crash cut short */
+		rc = unlink_name(d, ino, ".log");
+	}
+	if (!rc)
+		rc = file_add(d, ino, 1, &f);
+	if (rc)
+		goto out;
+	f->refs++;
+	*out = f;
+out:
+	unlock_mutex(&d->lock);
+	return rc;
+}
+
 void data_put(struct data_file *f)
 {
 	struct data *d = f->d;
@@ -1323,7 +1491,7 @@ void data_put(struct data_file *f)
 	assert(f->ninflight == 0);
 	/* the log's mtime is the LRU position after a restart; a failure
 	 * only costs that hint */
-	(void)futimens(f->logfd, NULL);
+	(void)futimens(f->nolog ? f->fd : f->logfd, NULL);
 	file_close_fds(f);
 	f->nsnap = 0;
 	ranges_free(&f->rewritten);
@@ -1487,8 +1655,8 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	rc = pwrite_full(f->fd, buf, len, off);
 	/* the log already says so of bytes that are dirty (so present)
 	 * within the size: a rewrite of them needs no line */
-	int logged = end <= f->size && !f->log_broken &&
-		     ranges_contains(&f->dirty, off, end);
+	int logged = f->nolog || (end <= f->size && !f->log_broken &&
+				  ranges_contains(&f->dirty, off, end));
 	if (!rc && !logged)
 		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", off, end);
 	if (!rc && !logged)
@@ -1496,12 +1664,14 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	if (rc)
 		goto out;
 	uint64_t p0 = f->pbytes, d0 = f->dbytes;
+	/* a gap a write leaves past the end is a ".new" file's own zeros */
+	uint64_t from = f->nolog ? min_u64(off, f->size) : off;
 	f->size = max_u64(f->size, end);
-	rc = set_add(&f->present, &f->pbytes, off, end);
+	rc = set_add(&f->present, &f->pbytes, from, end);
 	if (!rc)
-		rc = set_add(&f->dirty, &f->dbytes, off, end);
+		rc = set_add(&f->dirty, &f->dbytes, from, end);
 	if (!rc && f->nsnap)
-		rc = ranges_add(&f->rewritten, off, end);
+		rc = ranges_add(&f->rewritten, from, end);
 	account(f, p0, d0);
 	maybe_compact_locked(f);
 out:
@@ -1698,7 +1868,9 @@ int data_mark_clean(struct data_file *f, const struct ranges *dirty_snapshot)
 				   f->rewritten.v[i].end);
 	for (size_t i = 0; i < clr.n && rc == 0; i++)
 		rc = dirty_parts(f, clr.v[i].start, clr.v[i].end, &rm, &b);
-	if (!rc)
+	if (!rc && f->nolog && rm.n)
+		rc = adopt_locked(f, &rm); /* its log says so already */
+	else if (!rc)
 		rc = log_append(f, &b);
 	if (!rc) {
 		uint64_t p0 = f->pbytes, d0 = f->dbytes;

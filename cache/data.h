@@ -74,6 +74,12 @@ void data_close(struct data *d);
  * are dropped); otherwise the cache keeps its own size (data_size()). */
 int data_get(struct data *d, uint64_t ino, uint64_t size,
 	     struct data_file **out);
+/* data_get() for a file just created, with no object behind it: its cache
+ * file starts empty, every byte written is dirty, and it keeps no range
+ * log until an upload makes some of it clean (data_mark_clean()). An
+ * earlier file's record and files by this number are dropped; -EBUSY if
+ * that one is still referenced. */
+int data_create(struct data *d, uint64_t ino, struct data_file **out);
 void data_put(struct data_file *f);
 
 /* Reads [off, off+len), first fetching the missing ranges (one fetch per

@@ -1858,18 +1858,22 @@ static struct handle **handle_slot(struct fs *fs, uint64_t ino)
 
 /* Counts an open of ino (open) or makes sure it is known (an operation),
  * and gives the operation its own data reference (out, optional). */
-static int file_ref(struct fs *fs, uint64_t ino, int open,
-		    struct data_file **out)
+/* created: ino is a file just made (op_create), with no object behind
+ * it: its cache file starts as one that needs no range log */
+static int file_ref_as(struct fs *fs, uint64_t ino, int open, int created,
+		       struct data_file **out)
 {
-	struct meta_attr a;
-	int rc = meta_getattr(fs->meta, ino, &a);
+	struct meta_attr a = {0};
+	int rc = created ? 0 : meta_getattr(fs->meta, ino, &a);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&fs->lock);
 	struct handle **p = handle_slot(fs, ino), *h = *p;
 	if (!h) {
 		h = calloc(1, sizeof(*h));
-		rc = h ? data_get(fs->data, ino, a.size, &h->df) : -ENOMEM;
+		rc = !h	       ? -ENOMEM
+		     : created ? data_create(fs->data, ino, &h->df)
+			       : data_get(fs->data, ino, a.size, &h->df);
 		if (rc) {
 			pthread_mutex_unlock(&fs->lock);
 			free(h);
@@ -1884,6 +1888,12 @@ static int file_ref(struct fs *fs, uint64_t ino, int open,
 		rc = data_get(fs->data, ino, a.size, out);
 	pthread_mutex_unlock(&fs->lock);
 	return rc;
+}
+
+static int file_ref(struct fs *fs, uint64_t ino, int open,
+		    struct data_file **out)
+{
+	return file_ref_as(fs, ino, open, 0, out);
 }
 
 static void file_release(struct fs *fs, uint64_t ino)
@@ -1913,9 +1923,10 @@ static void close_all_handles(struct fs *fs)
 		}
 }
 
-static int open_handle(struct fs *fs, uint64_t ino, struct fuse_file_info *fi)
+static int open_handle(struct fs *fs, uint64_t ino, int created,
+		       struct fuse_file_info *fi)
 {
-	int rc = file_ref(fs, ino, 1, NULL);
+	int rc = file_ref_as(fs, ino, 1, created, NULL);
 	fi->fh = ino;
 	fi->keep_cache = 1; /* one writer: the page cache stays valid */
 	return rc;
@@ -1928,7 +1939,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	int rc = open_handle(fs, ino, fi);
+	int rc = open_handle(fs, ino, 0, fi);
 	if (rc)
 		fuse_reply_err(req, -rc);
 	else
@@ -1946,7 +1957,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 			   &a);
 	if (!rc) {
 		mark_dirty(fs, a.ino, META_DIRTY_DATA);
-		rc = open_handle(fs, a.ino, fi);
+		rc = open_handle(fs, a.ino, 1, fi);
 	}
 	meta_batch_end(fs->meta);
 	if (rc) {

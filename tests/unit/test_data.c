@@ -683,12 +683,13 @@ static unsigned char crash_byte(uint64_t i, uint64_t j)
 
 /* The child: writes record i at i * CRASH_W, reporting each completed
  * write on fd, until n writes (then it kills itself) or it is killed. */
-static void crash_child(struct env *e, int fd, uint64_t n)
+static void crash_child(struct env *e, int fd, uint64_t n, int fresh)
 {
 	struct data *d;
 	struct data_file *f;
 	unsigned char w[CRASH_W];
-	if (data_open(&e->cfg, &d) || data_get(d, 7, 0, &f))
+	if (data_open(&e->cfg, &d) ||
+	    (fresh ? data_create(d, 7, &f) : data_get(d, 7, 0, &f)))
 		_exit(2);
 	for (uint64_t i = 0; i < n; i++) {
 		for (uint64_t j = 0; j < CRASH_W; j++)
@@ -746,7 +747,7 @@ static void test_kill9_after_writes_loses_no_completed_write(void **state)
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0)
-		crash_child(e, -1, 300);
+		crash_child(e, -1, 300, 0);
 	int status;
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
@@ -758,9 +759,8 @@ static void test_kill9_after_writes_loses_no_completed_write(void **state)
 	assert_int_equal(dirty, 300 * CRASH_W);
 }
 
-static void test_kill9_mid_stream_loses_no_completed_write(void **state)
+static void kill9_mid_stream(struct env *e, int fresh)
 {
-	struct env *e = *state;
 	int p[2];
 	const uint64_t max = 20000; /* crosses several log compactions */
 	data_close(e->d);
@@ -771,7 +771,7 @@ static void test_kill9_mid_stream_loses_no_completed_write(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		close(p[0]);
-		crash_child(e, p[1], max);
+		crash_child(e, p[1], max, fresh);
 	}
 	close(p[1]);
 	uint32_t done = 0, v;
@@ -789,6 +789,20 @@ static void test_kill9_mid_stream_loses_no_completed_write(void **state)
 	expect_crash_writes(e, done, max);
 }
 
+static void test_kill9_mid_stream_loses_no_completed_write(void **state)
+{
+	kill9_mid_stream(*state, 0);
+}
+
+/* The same for a file made by data_create(): no log, its size on disk */
+static void test_kill9_mid_stream_of_a_new_file_loses_nothing(void **state)
+{
+	struct env *e = *state;
+	kill9_mid_stream(e, 1);
+	assert_true(file_exists(e, "7.new"));
+	assert_false(file_exists(e, "7.log"));
+}
+
 static void append_to(struct env *e, const char *name, const char *text)
 {
 	char path[128];
@@ -797,6 +811,153 @@ static void append_to(struct env *e, const char *name, const char *text)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
 	assert_int_equal(close(fd), 0);
+}
+
+/* A file created here has no object behind it: one file on disk, no log,
+ * every byte written dirty; a reopen finds it so, by its size. */
+static void test_a_new_file_keeps_no_log_until_an_upload(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[8192];
+	assert_int_equal(data_create(e->d, 5, &f), 0);
+	assert_true(file_exists(e, "5.new"));
+	assert_false(file_exists(e, "5.log"));
+	assert_false(file_exists(e, "5"));
+	memset(buf, 'a', sizeof(buf));
+	assert_int_equal(data_write(f, buf, 8192, 0), 8192);
+	/* past the end: the gap is the file's too (zeros), not an object's */
+	assert_int_equal(data_write(f, buf, 100, 10000), 100);
+	expect_dirty(f, "0-10100");
+	assert_int_equal(data_truncate(f, 9000), 0);  /* shrink */
+	assert_int_equal(data_truncate(f, 12000), 0); /* grow: zeros */
+	assert_int_equal(data_sync(f), 0);
+	expect_present(f, "0-12000");
+	expect_dirty(f, "0-12000");
+	assert_false(file_exists(e, "5.log"));
+	data_put(f);
+	reopen(e);
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 12000);
+	assert_int_equal(dirty, 12000);
+	assert_int_equal(data_get(e->d, 5, 12000, &f), 0);
+	assert_int_equal(data_size(f), 12000);
+	expect_dirty(f, "0-12000");
+	assert_int_equal(data_read(f, buf, 8192, 4096), 12000 - 4096);
+	expect_fill(buf, 'a', 4096);
+	expect_fill(buf + 4096, 0, 12000 - 8192); /* the gap, then the grow */
+	assert_int_equal(e->fk.calls, 0);	  /* nothing to fetch, ever */
+	data_put(f);
+	/* an empty one is clean: evicted like any clean closed file */
+	assert_int_equal(data_create(e->d, 6, &f), 0);
+	data_put(f);
+	e->cfg.size_limit = 0;
+	reopen(e);
+	data_evict(e->d);
+	assert_false(file_exists(e, "6.new"));
+	assert_true(file_exists(e, "5.new")); /* dirty: never */
+}
+
+/* Its first upload's data_mark_clean() gives it a log and its usual
+ * name; what was written during the upload stays dirty. */
+static void test_an_upload_gives_a_new_file_its_log(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct ranges snap = RANGES_INIT;
+	unsigned char buf[4096];
+	memset(buf, 'b', sizeof(buf));
+	assert_int_equal(data_create(e->d, 5, &f), 0);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_write(f, buf, 4096, 4096), 4096);
+	/* an upload that found nothing to clear leaves it as it is */
+	expect_dirty(f, "0-8192");
+	assert_true(file_exists(e, "5.new"));
+	assert_int_equal(data_dirty(f, &snap), 0);
+	assert_int_equal(data_write(f, buf, 100, 5000), 100); /* meanwhile */
+	assert_int_equal(data_mark_clean(f, &snap), 0);
+	ranges_free(&snap);
+	assert_false(file_exists(e, "5.new"));
+	assert_true(file_exists(e, "5.log"));
+	assert_true(file_exists(e, "5"));
+	expect_dirty(f, "5000-5100");
+	/* from now on, a log file as any other: written lines are kept */
+	assert_int_equal(data_write(f, buf, 10, 9000), 10);
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 5, 9010, &f), 0);
+	expect_present(f, "0-8192,9000-9010"); /* the gap: in the object */
+	expect_dirty(f, "5000-5100,9000-9010");
+	assert_int_equal(data_read(f, buf, 4096, 4096), 4096);
+	expect_fill(buf, 'b', 4096);
+	data_put(f);
+}
+
+/* A crash between the two steps of that leaves "<ino>.new" beside the
+ * log: data_open() renames it and believes the log, which is true. */
+static void test_an_adoption_cut_short_is_finished_on_open(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct ranges snap = RANGES_INIT;
+	unsigned char buf[4096];
+	char a[256], b[256];
+	memset(buf, 'c', sizeof(buf));
+	assert_int_equal(data_create(e->d, 5, &f), 0);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_dirty(f, &snap), 0);
+	assert_int_equal(data_write(f, buf, 10, 4096), 10);
+	assert_int_equal(data_mark_clean(f, &snap), 0);
+	ranges_free(&snap);
+	data_put(f);
+	data_close(e->d);
+	e->d = NULL;
+	snprintf(a, sizeof(a), "%s/5", e->dir);
+	snprintf(b, sizeof(b), "%s/5.new", e->dir);
+	assert_int_equal(rename(a, b), 0); /* as before the rename */
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_false(file_exists(e, "5.new"));
+	assert_true(file_exists(e, "5"));
+	assert_int_equal(data_get(e->d, 5, 4106, &f), 0);
+	expect_present(f, "0-4106");
+	expect_dirty(f, "4096-4106");
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	expect_fill(buf, 'c', 4096);
+	data_put(f);
+}
+
+/* An inode number used again (a crash lost the store's commit of the
+ * first file): nothing of the earlier file survives into the new one. */
+static void test_create_drops_what_an_earlier_file_left(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f, *g;
+	unsigned char buf[4096];
+	memset(buf, 'd', sizeof(buf));
+	assert_int_equal(data_get(e->d, 5, 0, &f), 0);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_create(e->d, 5, &g), -EBUSY); /* still held */
+	data_put(f);
+	assert_int_equal(data_create(e->d, 5, &f), 0);
+	assert_false(file_exists(e, "5.log"));
+	assert_false(file_exists(e, "5"));
+	assert_int_equal(data_size(f), 0);
+	expect_dirty(f, "");
+	data_put(f);
+	/* a log no record knows of (an unlink that failed) goes too: beside
+	 * a ".new" file it would read as an adoption */
+	append_to(e, "9.log", "S 4096\nD+ 0 4096\n");
+	assert_int_equal(data_create(e->d, 9, &f), 0);
+	assert_false(file_exists(e, "9.log"));
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 9, 0, &f), 0);
+	assert_int_equal(data_size(f), 0);
+	data_put(f);
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(dirty, 0);
 }
 
 static void test_torn_last_log_line_is_ignored_and_cut_off(void **state)
@@ -1139,6 +1300,11 @@ int main(void)
 		T(test_clean_file_adopts_callers_size_on_get),
 		T(test_kill9_after_writes_loses_no_completed_write),
 		T(test_kill9_mid_stream_loses_no_completed_write),
+		T(test_kill9_mid_stream_of_a_new_file_loses_nothing),
+		T(test_a_new_file_keeps_no_log_until_an_upload),
+		T(test_an_upload_gives_a_new_file_its_log),
+		T(test_an_adoption_cut_short_is_finished_on_open),
+		T(test_create_drops_what_an_earlier_file_left),
 		T(test_torn_last_log_line_is_ignored_and_cut_off),
 		T(test_a_rewrite_of_dirty_bytes_adds_no_log_line),
 		T(test_a_write_across_chunk_boundaries_lands_whole),
