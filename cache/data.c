@@ -1993,6 +1993,20 @@ int64_t data_evict(struct data *d)
 	return freed;
 }
 
+int data_inos(struct data *d, uint64_t **inos, size_t *n)
+{
+	lock_mutex(&d->lock);
+	uint64_t *v = malloc((d->nfiles ? d->nfiles : 1) * sizeof(*v));
+	size_t k = 0;
+	for (size_t i = 0; v && i < d->nbuckets; i++)
+		for (struct data_file *f = d->buckets[i]; f; f = f->hnext)
+			v[k++] = f->ino;
+	unlock_mutex(&d->lock);
+	*inos = v;
+	*n = k;
+	return v ? 0 : -ENOMEM;
+}
+
 void data_usage(struct data *d, uint64_t *cached, uint64_t *dirty)
 {
 	*cached = __atomic_load_n(&d->cached, __ATOMIC_RELAXED);

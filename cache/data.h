@@ -128,6 +128,8 @@ int data_sync(struct data_file *f);
 
 /* Drops ino's cache file and log (the inode is gone). */
 int data_remove(struct data *d, uint64_t ino);
+/* The inodes that have a record here (a cache file), malloc'ed. */
+int data_inos(struct data *d, uint64_t **inos, size_t *n);
 /* data_remove() for a file the object behind it replaced: only when no
  * reference is held and no byte is dirty, else -EBUSY (nothing changes). */
 int data_drop_clean(struct data *d, uint64_t ino);

@@ -218,6 +218,28 @@ static int load_dirty(struct fs *fs)
 	return rc;
 }
 
+/* Drops the cache files of inodes the store no longer has. A crash can
+ * leave them: between the store's deletion of an inode and the removal of
+ * its files, or between a create's new cache file and the store's commit
+ * of the inode. A dirty one would never be evicted, nor uploaded. */
+static void drop_orphans(struct fs *fs)
+{
+	uint64_t *inos = NULL;
+	size_t n = 0, dropped = 0;
+	struct meta_attr a;
+	if (data_inos(fs->data, &inos, &n))
+		return; /* they wait for the next start */
+	for (size_t i = 0; i < n; i++)
+		if (meta_getattr(fs->meta, inos[i], &a) == -ENOENT &&
+		    data_remove(fs->data, inos[i]) == 0)
+			dropped++;
+	free(inos);
+	if (dropped)
+		fs_log("dropped the cache files of %zu inodes that no longer "
+		       "exist",
+		       dropped);
+}
+
 /* See load_dirty(). */
 static void settle_wait(struct fs *fs)
 {
@@ -1071,6 +1093,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_mutex_init(&fs->touch_lock, NULL);
 	pthread_cond_init(&fs->wake, NULL);
 	pthread_cond_init(&fs->bg_wake, NULL);
+	drop_orphans(fs);
 	rc = load_dirty(fs);
 	if (!rc)
 		rc = -pthread_create(&fs->flusher, NULL, flusher_main, fs);

@@ -367,3 +367,30 @@ def test_durability_local_fsync_is_durable_on_the_cache_disk_and_uploads_later(
         assert m.unmount() == 0, m.output()
     assert body(s3, f"{prefix}/f") == b"file\n"
     assert body(s3, f"{prefix}/d/g") == b"in d\n"
+
+
+def test_cache_files_of_inodes_that_no_longer_exist_are_dropped_at_start(
+        volume, tmp_path):
+    """A crash between the store's deletion of an inode and the removal of
+    its cache files (or between a create's cache file and the store's
+    commit) leaves files no inode has. Dirty ones were never evicted nor
+    uploaded, and counted as dirty for ever; the next start drops them,
+    and keeps what a file of the volume left dirty."""
+    url, _ = volume
+    args = (str(tmp_path / "m"), str(tmp_path / "c"), "--upload-delay", "10m")
+    m = Mount(url, *args)
+    root = Path(m.mountpoint)
+    (root / "keep").write_bytes(b"kept\n")
+    m.kill_daemon()  # "keep" is dirty, in the cache only
+    data = tmp_path / "c" / "data"
+    (data / "987654.new").write_bytes(b"x" * 8192)
+    (data / "987655").write_bytes(b"y" * 100)
+    (data / "987655.log").write_text("S 100\nD+ 0 100\n")
+    m = Mount(url, *args)
+    try:
+        assert (root / "keep").read_bytes() == b"kept\n"  # the worker serves
+        left = sorted(p.name for p in data.iterdir())
+        assert not {"987654.new", "987655", "987655.log"} & set(left), left
+        assert "dropped the cache files of 2 inodes" in m.output()
+    finally:
+        assert m.unmount() == 0, m.output()
