@@ -1387,6 +1387,31 @@ static int file_add(struct data *d, uint64_t ino, int nolog,
 	return 0;
 }
 
+/* Drops ino's file and log, under d->lock; busy_ok 0: only if nobody
+ * holds it and nothing in it is dirty (-EBUSY otherwise). */
+static int remove_locked(struct data *d, uint64_t ino, int busy_ok)
+{
+	struct data_file *f = hash_find(d, ino);
+	if (f) {
+		lock_mutex(&f->lock);
+		if (!busy_ok && (f->refs || f->dbytes)) {
+			unlock_mutex(&f->lock);
+			return -EBUSY;
+		}
+		__atomic_sub_fetch(&d->cached, f->pbytes, __ATOMIC_RELAXED);
+		__atomic_sub_fetch(&d->dirty, f->dbytes, __ATOMIC_RELAXED);
+		f->removed = 1; /* totals and compaction leave it alone now */
+		unlock_mutex(&f->lock);
+		hash_remove(d, f);
+		if (f->refs == 0)
+			lru_unlink(d, f);
+	}
+	int rc = unlink_pair(d, ino);
+	if (f && f->refs == 0)
+		file_free(f); /* else the last data_put() frees it */
+	return rc;
+}
+
 int data_get(struct data *d, uint64_t ino, uint64_t size,
 	     struct data_file **out)
 {
@@ -1448,15 +1473,7 @@ int data_create(struct data *d, uint64_t ino, struct data_file **out)
 		goto out;
 	}
 	if (f) { /* the record of an earlier file by this number */
-		lock_mutex(&f->lock);
-		__atomic_sub_fetch(&d->cached, f->pbytes, __ATOMIC_RELAXED);
-		__atomic_sub_fetch(&d->dirty, f->dbytes, __ATOMIC_RELAXED);
-		f->removed = 1;
-		unlock_mutex(&f->lock);
-		lru_unlink(d, f);
-		hash_remove(d, f);
-		file_free(f);
-		rc = unlink_pair(d, ino);
+		rc = remove_locked(d, ino, 1);
 	} else {
 		/* none left by a failed unlink either: a log beside the new
 		 * file would read as an adoption a crash cut short */
@@ -1914,30 +1931,10 @@ int data_sync(struct data_file *f)
 	return rc;
 }
 
-/* Drops ino's file and log; busy_ok 0: only if nobody holds it and
- * nothing in it is dirty (-EBUSY otherwise). */
 static int remove_file(struct data *d, uint64_t ino, int busy_ok)
 {
 	lock_mutex(&d->lock);
-	struct data_file *f = hash_find(d, ino);
-	if (f) {
-		lock_mutex(&f->lock);
-		if (!busy_ok && (f->refs || f->dbytes)) {
-			unlock_mutex(&f->lock);
-			unlock_mutex(&d->lock);
-			return -EBUSY;
-		}
-		__atomic_sub_fetch(&d->cached, f->pbytes, __ATOMIC_RELAXED);
-		__atomic_sub_fetch(&d->dirty, f->dbytes, __ATOMIC_RELAXED);
-		f->removed = 1; /* totals and compaction leave it alone now */
-		unlock_mutex(&f->lock);
-		hash_remove(d, f);
-		if (f->refs == 0)
-			lru_unlink(d, f);
-	}
-	int rc = unlink_pair(d, ino);
-	if (f && f->refs == 0)
-		file_free(f); /* else the last data_put() frees it */
+	int rc = remove_locked(d, ino, busy_ok);
 	unlock_mutex(&d->lock);
 	return rc;
 }

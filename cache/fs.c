@@ -1880,9 +1880,9 @@ static struct handle **handle_slot(struct fs *fs, uint64_t ino)
 }
 
 /* Counts an open of ino (open) or makes sure it is known (an operation),
- * and gives the operation its own data reference (out, optional). */
-/* created: ino is a file just made (op_create), with no object behind
- * it: its cache file starts as one that needs no range log */
+ * and gives the operation its own data reference (out, optional).
+ * created: ino is a file just made (op_create), with no object behind it,
+ * so its cache file starts as one that needs no range log. */
 static int file_ref_as(struct fs *fs, uint64_t ino, int open, int created,
 		       struct data_file **out)
 {
