@@ -1668,21 +1668,27 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	if (rc)
 		return rc;
 	lock_mutex(&f->lock);
+	/* A gap the write leaves past the end is zeros, present and dirty
+	 * (the object may hold other bytes there: the file was cut since).
+	 * A ".new" file's size on disk is its own; another one is cut at its
+	 * size first, as a truncate that grows it is. */
+	uint64_t from = min_u64(off, f->size);
+	if (off > f->size && !f->nolog && ftruncate(f->fd, (off_t)f->size))
+		rc = -errno;
 	/* under the lock: a fetch's copy-back must not land after this */
-	rc = pwrite_full(f->fd, buf, len, off);
+	if (!rc)
+		rc = pwrite_full(f->fd, buf, len, off);
 	/* the log already says so of bytes that are dirty (so present)
 	 * within the size: a rewrite of them needs no line */
 	int logged = f->nolog || (end <= f->size && !f->log_broken &&
 				  ranges_contains(&f->dirty, off, end));
 	if (!rc && !logged)
-		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", off, end);
+		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", from, end);
 	if (!rc && !logged)
 		rc = log_append(f, &b);
 	if (rc)
 		goto out;
 	uint64_t p0 = f->pbytes, d0 = f->dbytes;
-	/* a gap a write leaves past the end is a ".new" file's own zeros */
-	uint64_t from = f->nolog ? min_u64(off, f->size) : off;
 	f->size = max_u64(f->size, end);
 	rc = set_add(&f->present, &f->pbytes, from, end);
 	if (!rc)

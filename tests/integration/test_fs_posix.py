@@ -9,6 +9,7 @@ AWS_ENDPOINT_URL or /dev/fuse.
 
 import errno
 import hashlib
+import mmap
 import os
 import shutil
 import sqlite3
@@ -450,6 +451,33 @@ def test_cache_size_limit_evicts_clean_data_and_rereads_it(volume, s3, tmp_path)
             assert (Path(m.mountpoint) / name).read_bytes() == data
     finally:
         assert m.unmount() == 0, m.output()
+
+
+def test_a_cut_file_written_past_its_end_has_zeros_in_the_gap(
+        volume, s3, tmp_path):
+    """An object read cold, cut short, then written past its new end (with
+    O_DIRECT, so the kernel sends exactly that write): the gap reads as
+    zeros, not as the object's old bytes, and S3 gets the zeros too."""
+    url, prefix = volume
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/f", Body=b"A" * 8192)
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"))
+    try:
+        path = Path(m.mountpoint) / "f"
+        fd = os.open(path, os.O_RDWR | os.O_DIRECT)
+        try:
+            os.ftruncate(fd, 4000)
+            block = mmap.mmap(-1, 4096)
+            block.write(b"B" * 4096)
+            assert os.pwritev(fd, [block], 8192) == 4096
+            got = mmap.mmap(-1, 16384)
+            assert os.preadv(fd, [got], 0) == 12288
+        finally:
+            os.close(fd)
+        want = b"A" * 4000 + bytes(4192) + b"B" * 4096
+        assert bytes(got[:12288]) == want
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/f") == want
 
 
 def test_1gib_file_with_random_writes_matches_in_s3_after_unmount(

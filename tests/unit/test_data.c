@@ -400,6 +400,35 @@ static void test_write_over_partial_data_merges_with_fetched_bytes(void **state)
 	data_put(f);
 }
 
+/* A file cut short, then written past its end: the gap reads as zeros,
+ * not as the bytes the (older, longer) object still holds there, and is
+ * dirty, so the upload sends those zeros; after a restart too. */
+static void test_a_gap_past_the_end_reads_as_zeros_not_the_object(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[8192], x[100];
+	memset(x, 'X', sizeof(x));
+	assert_int_equal(data_get(e->d, 1, 8192, &f), 0);
+	assert_int_equal(data_read(f, buf, 1000, 0), 1000);
+	assert_int_equal(data_truncate(f, 4000), 0);
+	assert_int_equal(data_write(f, x, sizeof(x), 6000), 100);
+	expect_present(f, "0-1000,4000-6100");
+	expect_dirty(f, "4000-6100");
+	assert_int_equal(data_read(f, buf, 8192, 0), 6100);
+	expect_obj(buf, 0, 4000);
+	expect_fill(buf + 4000, 0, 2000);
+	expect_fill(buf + 6000, 'X', 100);
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 1, 6100, &f), 0);
+	expect_dirty(f, "4000-6100");
+	memset(buf, 1, sizeof(buf));
+	assert_int_equal(data_read(f, buf, 2100, 4000), 2100);
+	expect_fill(buf, 0, 2000);
+	data_put(f);
+}
+
 static void test_fetch_error_propagates_and_marks_nothing_present(void **state)
 {
 	struct env *e = *state;
@@ -602,7 +631,7 @@ static void test_a_write_across_chunk_boundaries_lands_whole(void **state)
 	assert_int_equal(data_get(e->d, 6, 0, &f), 0);
 	assert_int_equal(data_write(f, w, len, off), (ssize_t)len);
 	assert_int_equal(data_size(f), off + len);
-	expect_dirty(f, "65413-328334");
+	expect_dirty(f, "0-328334"); /* with the zeros before it */
 	data_put(f);
 	reopen(e);
 	assert_int_equal(data_get(e->d, 6, off + len, &f), 0);
@@ -887,8 +916,9 @@ static void test_an_upload_gives_a_new_file_its_log(void **state)
 	data_put(f);
 	reopen(e);
 	assert_int_equal(data_get(e->d, 5, 9010, &f), 0);
-	expect_present(f, "0-8192,9000-9010"); /* the gap: in the object */
-	expect_dirty(f, "5000-5100,9000-9010");
+	/* the gap past the end was zeros, written here like the rest */
+	expect_present(f, "0-9010");
+	expect_dirty(f, "5000-5100,8192-9010");
 	assert_int_equal(data_read(f, buf, 4096, 4096), 4096);
 	expect_fill(buf, 'b', 4096);
 	data_put(f);
@@ -981,7 +1011,7 @@ static void test_torn_last_log_line_is_ignored_and_cut_off(void **state)
 	data_put(f);
 	reopen(e);
 	assert_int_equal(data_get(e->d, 2, 300, &f), 0);
-	expect_dirty(f, "0-100,200-300");
+	expect_dirty(f, "0-300"); /* (the gap it left: zeros, dirty) */
 	data_put(f);
 	/* a garbled complete line is skipped, the rest still applies */
 	data_close(e->d);
@@ -989,7 +1019,7 @@ static void test_torn_last_log_line_is_ignored_and_cut_off(void **state)
 	append_to(e, "2.log", "X? what\nD+ 400 450\n");
 	assert_int_equal(data_open(&e->cfg, &e->d), 0);
 	assert_int_equal(data_get(e->d, 2, 450, &f), 0);
-	expect_dirty(f, "0-100,200-300,400-450");
+	expect_dirty(f, "0-300,400-450");
 	data_put(f);
 }
 
@@ -1292,6 +1322,7 @@ int main(void)
 		T(test_reads_past_object_end_return_zeros_up_to_size),
 		T(test_truncate_grow_reads_zeros_without_fetching),
 		T(test_write_over_partial_data_merges_with_fetched_bytes),
+		T(test_a_gap_past_the_end_reads_as_zeros_not_the_object),
 		T(test_fetch_error_propagates_and_marks_nothing_present),
 		T(test_concurrent_readers_of_missing_range_share_one_fetch),
 		T(test_write_during_inflight_fetch_is_not_overwritten),
