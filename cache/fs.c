@@ -996,8 +996,11 @@ static void *flusher_main(void *arg)
 		uint64_t *inos = take_due(fs, fs_now_ms(), &n);
 		sync_list(fs, inos, n);
 		free(inos);
-		/* clean, closed data beyond --cache-size or the free floor */
-		data_evict(fs->data);
+		/* clean, closed data beyond --cache-size or the free floor;
+		 * not while S3 is out of reach: then it is the only copy this
+		 * node can read, and writes get ENOSPC when the disk is full */
+		if (!fs_s3_failing(fs))
+			data_evict(fs->data);
 		pthread_mutex_lock(&fs->lock);
 	}
 	pthread_mutex_unlock(&fs->lock);

@@ -156,6 +156,8 @@ void fs_touch_end(struct fs *fs);
 /* health.c: records the outcome of an S3 call (rc 0 or -errno; what says
  * what failed, without secrets). Any thread. */
 void fs_health_note(struct fs *fs, int rc, const char *what);
+/* health.c: whether the last S3 call noted failed; any thread. */
+int fs_s3_failing(struct fs *fs);
 /* health.c: applies a changed CACHE_DIR/capacity and rewrites
  * CACHE_DIR/health when due. The background thread, every tick. */
 void fs_health_tick(struct fs *fs);

@@ -42,6 +42,14 @@ void fs_health_note(struct fs *fs, int rc, const char *what)
 	pthread_mutex_unlock(&fs->health_lock);
 }
 
+int fs_s3_failing(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->health_lock);
+	int failing = fs->s3_err_ms && fs->s3_err_ms >= fs->s3_ok_ms;
+	pthread_mutex_unlock(&fs->health_lock);
+	return failing;
+}
+
 uint64_t fs_capacity(struct fs *fs)
 {
 	return __atomic_load_n(&fs->cfg.capacity, __ATOMIC_RELAXED);

@@ -438,6 +438,20 @@ static void worker_ready(void *ctx, int takeover)
 	w->report_fd = -1;
 }
 
+/* The cache's free floor: DATA_DEFAULT_FREE_FLOOR, but at most a quarter
+ * of the cache dir's filesystem. A floor the disk can never meet (a small
+ * cache disk) would evict each clean file as soon as it is closed, and
+ * with S3 out of reach, reads of it would fail. */
+static uint64_t free_floor_for(const char *dir)
+{
+	struct statvfs sv;
+	uint64_t floor = DATA_DEFAULT_FREE_FLOOR;
+	if (statvfs(dir, &sv) == 0 &&
+	    (uint64_t)sv.f_blocks * sv.f_frsize / 4 < floor)
+		floor = (uint64_t)sv.f_blocks * sv.f_frsize / 4;
+	return floor;
+}
+
 /* Opens the store (loading the volume on a new cache dir), then serves
  * the mount on fuse_fd until it ends. gen 0 is the first worker of this
  * mount; a later one takes over from a dead predecessor. Returns the exit
@@ -514,6 +528,7 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	snprintf(data_dir, sizeof(data_dir), "%s/data", o->cache_dir);
 	dc.dir = data_dir;
 	dc.size_limit = o->cache_size;
+	dc.free_floor = free_floor_for(o->cache_dir);
 	o->fs.bucket = o->bucket;
 	o->fs.prefix = o->prefix;
 	o->fs.cache_dir = o->cache_dir;
