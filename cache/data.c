@@ -18,7 +18,8 @@
  *
  * Files in DIR: "<ino>" is the sparse cache file (bytes at their file
  * offsets); "<ino>.log" is its range log; "<ino>.log.tmp" is a compaction
- * in progress and ".fetch.*" a fetch buffer (both deleted by data_open()).
+ * in progress and ".fetch.*" a fetch buffer of older versions (both
+ * deleted by data_open()).
  * "<ino>.new" is the cache file of a file created here and not uploaded
  * yet (data_create()): no object is behind it, so all its bytes are
  * present and dirty, its size is the file's, and it needs no log. Its
@@ -38,7 +39,8 @@
  * than the cache file holds, and every acknowledged write recorded):
  *   write:        pwrite the data, then append "D+" (D+ alone marks both
  *                 sets, so no torn P+/D+ pair can leave a write clean).
- *   fetch:        copy the fetched bytes into the file, then append "P+".
+ *   fetch:        write the fetched bytes into the file (absent bytes,
+ *                 which nothing reads), then append "P+".
  *   truncate:     shrink appends "S n" first, then ftruncates; grow
  *                 ftruncates (zeros), then appends "D+ old new".
  *   evict/remove: unlink the log first, then the file. A file without a
@@ -59,18 +61,16 @@
  * file has none to wait for: its size on disk says what it holds).
  *
  * Fetching: data_read() marks the range in flight (a record in the file's
- * in-flight list), drops the file lock and lets the fetch callback fill a
- * private unlinked temporary file (O_TMPFILE in DIR). Back under the lock
- * it copies (copy_file_range, in the kernel's page cache) into the cache
- * file only the parts that are still absent and within the size, logs
- * them "P+", and wakes the readers waiting on that range. So a write (or
- * truncate) that lands while a fetch is in flight always wins: its bytes are
- * present by then and are never copied over. Readers that need an in-flight
- * range wait on the file's condition variable instead of fetching it twice.
- * Bytes past a short fetch (the object's end) are zeros. Invariants: in-flight
- * records are pairwise disjoint and are disjoint from the present set when the
- * fetch starts (a write may later land on one; that is what the copy-back
- * handles).
+ * in-flight list), drops the file lock and lets the fetch callback write
+ * the object's bytes straight into the cache file, at their offsets. Back
+ * under the lock it zeros what a short fetch (the object's end) left,
+ * logs the range "P+", marks it present and wakes the threads waiting on
+ * it. Readers that need an in-flight range wait on the file's condition
+ * variable instead of fetching it twice; so do writes to it, and
+ * truncates that cut into it, since the fetch would write over them. The
+ * bytes are written once, where they stay (no buffer file to copy from).
+ * Invariants: in-flight records are pairwise disjoint, disjoint from the
+ * present set, and within the size.
  *
  * Read-ahead: per open file, up to DATA_RA_STREAMS_MAX sequential
  * streams, so that readers of disjoint parts of one file (a data loader's
@@ -365,7 +365,13 @@ static void check_file(const struct data_file *f)
 				       f->dirty.v[i].end));
 	assert(!f->present.n || f->present.v[f->present.n - 1].end <= f->size);
 	for (size_t i = 0; i < f->ninflight; i++) {
-		assert(f->inflight[i].start < f->inflight[i].end);
+		uint64_t gs, ge;
+		assert(f->inflight[i].start < f->inflight[i].end &&
+		       f->inflight[i].end <= f->size);
+		/* nothing present in it (a fetch writes it unlocked) */
+		assert(ranges_first_gap(&f->present, f->inflight[i].start,
+					f->inflight[i].end, &gs, &ge) &&
+		       gs == f->inflight[i].start && ge == f->inflight[i].end);
 		for (size_t j = i + 1; j < f->ninflight; j++)
 			assert(f->inflight[i].end <= f->inflight[j].start ||
 			       f->inflight[j].end <= f->inflight[i].start);
@@ -876,50 +882,44 @@ static void inflight_del(struct data_file *f, uint64_t start, uint64_t end)
 	assert(!"in-flight record not found");
 }
 
-/* An unlinked temporary file in DIR to fetch into. */
-static int tmp_open(struct data *d)
+/* Makes [off, off + len) of fd read as zeros. */
+static int zero_range(int fd, uint64_t off, uint64_t len)
 {
-	int fd = openat(d->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (fd >= 0)
-		return fd;
-	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+	static const unsigned char zeros[64 << 10];
+	if (!len || fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)off, (off_t)len) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP)
 		return -errno;
-	struct buf path = BUF_INIT;
-	if (buf_printf(&path, "%s/" DATA_FETCH_TMP_PREFIX "XXXXXX", d->path))
-		return -ENOMEM;
-	fd = mkostemp(path.data, O_CLOEXEC);
-	int rc = fd < 0 ? -errno : fd;
-	if (fd >= 0 && unlink(path.data)) {
-		rc = -errno;
-		(void)close(fd); /* nothing written yet */
-	}
-	buf_free(&path);
+	int rc = 0;
+	for (uint64_t at = off; !rc && at < off + len; at += sizeof(zeros))
+		rc = pwrite_full(fd, zeros,
+				 (size_t)min_u64(sizeof(zeros), off + len - at),
+				 at);
 	return rc;
 }
 
-/* Copies the parts of [s, e) that are still absent and within the size
- * from tfd (holding the object's bytes from offset 0) into the cache file,
- * then logs and marks them present. Called with f->lock held. */
-static int install_locked(struct data_file *f, int tfd, uint64_t s, uint64_t e)
+/* After a fetch of n bytes into [s, e) of the cache file: zeros past a
+ * short one, then the parts within the size logged and marked present
+ * (all of them: writes and truncates waited for the fetch). Called with
+ * f->lock held. */
+static int install_locked(struct data_file *f, uint64_t s, uint64_t e,
+			  uint64_t n)
 {
 	struct ranges add = RANGES_INIT;
 	struct buf b = BUF_INIT;
 	uint64_t stop = min_u64(e, f->size), pos = s, gs, ge;
-	int rc = 0;
+	int rc = s + n < stop ? zero_range(f->fd, s + n, stop - (s + n)) : 0;
 
-	while (pos < stop &&
+	while (!rc && pos < stop &&
 	       ranges_first_gap(&f->present, pos, stop, &gs, &ge)) {
-		rc = copy_range(tfd, gs - s, f->fd, gs, ge - gs);
-		if (!rc)
-			rc = ranges_add(&add, gs, ge);
+		rc = ranges_add(&add, gs, ge);
 		if (!rc)
 			rc = buf_printf(&b, "P+ %" PRIu64 " %" PRIu64 "\n", gs,
 					ge);
-		if (rc)
-			goto out;
 		pos = ge;
 	}
-	if (!add.n)
+	if (rc || !add.n)
 		goto out;
 	rc = log_append(f, &b);
 	if (rc)
@@ -936,45 +936,57 @@ out:
 	return rc;
 }
 
+/* Fetches [s, e), which its caller marked in flight, straight into the
+ * cache file. Drops f->lock while the callback runs; returns with it held,
+ * the record gone and its waiters woken. */
+static int fetch_marked_locked(struct data_file *f, uint64_t s, uint64_t e)
+{
+	struct data *d = f->d;
+	unlock_mutex(&f->lock);
+	ssize_t n = d->cfg.fetch(d->cfg.fetch_ctx, f->ino, s, e - s, f->fd,
+				 (off_t)s);
+	if (n > (ssize_t)(e - s))
+		n = -EIO; /* the callback broke its contract */
+	lock_mutex(&f->lock);
+	inflight_del(f, s, e);
+	int rc = n < 0 ? (int)n : install_locked(f, s, e, (uint64_t)n);
+	int wrc = pthread_cond_broadcast(&f->fetched);
+	if (wrc)
+		die("pthread_cond_broadcast", wrc);
+	return rc;
+}
+
+/* Waits until no fetch in flight overlaps [s, e). Called with f->lock
+ * held (dropped while waiting). */
+static void wait_fetches_locked(struct data_file *f, uint64_t s, uint64_t e)
+{
+	for (size_t i = 0; i < f->ninflight;) {
+		if (f->inflight[i].start < e && s < f->inflight[i].end) {
+			int rc = pthread_cond_wait(&f->fetched, &f->lock);
+			if (rc)
+				die("pthread_cond_wait", rc);
+			i = 0; /* the list changed */
+		} else {
+			i++;
+		}
+	}
+}
+
 /* Fetches [s, e), which is absent and not in flight. Drops f->lock while
  * the callback runs; returns with it held. */
 static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e, int urgent)
 {
-	struct data *d = f->d;
 	uint64_t gs, ge;
 	(void)gs;
 	(void)ge;
 	assert(ranges_first_gap(&f->present, s, e, &gs, &ge) && gs == s &&
 	       ge == e);
-	/* twice that, briefly: the tmp file */
-	int rc = room_for(d, e - s, urgent);
+	int rc = room_for(f->d, e - s, urgent);
 	if (!rc)
 		rc = inflight_add(f, s, e);
 	if (rc)
 		return rc;
-	unlock_mutex(&f->lock);
-
-	ssize_t n;
-	int tfd = tmp_open(d);
-	if (tfd < 0) {
-		n = tfd;
-	} else {
-		n = d->cfg.fetch(d->cfg.fetch_ctx, f->ino, s, e - s, tfd, 0);
-		if (n > (ssize_t)(e - s))
-			n = -EIO; /* the callback broke its contract */
-		if (n >= 0 && ftruncate(tfd, (off_t)(e - s)))
-			n = -errno; /* past a short fetch: zeros */
-	}
-
-	lock_mutex(&f->lock);
-	inflight_del(f, s, e);
-	rc = n < 0 ? (int)n : install_locked(f, tfd, s, e);
-	int wrc = pthread_cond_broadcast(&f->fetched);
-	if (wrc)
-		die("pthread_cond_broadcast", wrc);
-	if (tfd >= 0)
-		(void)close(tfd); /* only read from; its bytes are copied */
-	return rc;
+	return fetch_marked_locked(f, s, e);
 }
 
 /* Makes [start, min(end, size)) present. ra > 0 widens the fetch of the
@@ -1668,6 +1680,8 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	if (rc)
 		return rc;
 	lock_mutex(&f->lock);
+	/* a fetch writes its range of the cache file unlocked */
+	wait_fetches_locked(f, off, end);
 	/* A gap the write leaves past the end is zeros, present and dirty
 	 * (the object may hold other bytes there: the file was cut since).
 	 * A ".new" file's size on disk is its own; another one is cut at its
@@ -1675,7 +1689,6 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	uint64_t from = min_u64(off, f->size);
 	if (off > f->size && !f->nolog && ftruncate(f->fd, (off_t)f->size))
 		rc = -errno;
-	/* under the lock: a fetch's copy-back must not land after this */
 	if (!rc)
 		rc = pwrite_full(f->fd, buf, len, off);
 	/* the log already says so of bytes that are dirty (so present)
@@ -1712,6 +1725,8 @@ int data_truncate(struct data_file *f, uint64_t size)
 	lock_mutex(&f->lock);
 	uint64_t old = f->size;
 	if (size < old) {
+		/* a fetch past the cut would write there after it */
+		wait_fetches_locked(f, size, UINT64_MAX);
 		rc = shrink_locked(f, size);
 	} else if (size > old && (rc = room_for(f->d, size - old, 0)) == 0) {
 		struct buf b = BUF_INIT;

@@ -499,34 +499,95 @@ test_concurrent_readers_of_missing_range_share_one_fetch(void **state)
 	data_put(f);
 }
 
-static void test_write_during_inflight_fetch_is_not_overwritten(void **state)
+struct writer {
+	struct data_file *f;
+	uint64_t off;
+	size_t len;
+	uint64_t truncate_to; /* with len 0: data_truncate() instead */
+	ssize_t rc;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	static unsigned char ws[4096];
+	memset(ws, 'W', sizeof(ws));
+	w->rc = w->len ? data_write(w->f, ws, w->len, w->off)
+		       : data_truncate(w->f, w->truncate_to);
+	return NULL;
+}
+
+/* Starts a read of [0, 8192) whose fetch blocks, then wr (a write or a
+ * truncate) in a thread of its own, and lets the fetch end once wr has
+ * had time to run: the fetch writes the cache file unlocked, so wr must
+ * wait for it, or the fetched bytes land over it. */
+static void race_fetch(struct env *e, struct data_file *f, struct writer *wr,
+		       struct reader *rd)
+{
+	pthread_t rt, wt;
+	*rd = (struct reader){.f = f, .off = 0, .len = 8192};
+	wr->f = f;
+	e->fk.block = 1;
+	assert_int_equal(pthread_create(&rt, NULL, reader_main, rd), 0);
+	assert_int_equal(sem_wait(&e->fk.started), 0);
+	assert_int_equal(pthread_create(&wt, NULL, writer_main, wr), 0);
+	usleep(100 * 1000); /* without the wait, wr is done by now */
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	assert_int_equal(pthread_join(rt, NULL), 0);
+	assert_int_equal(pthread_join(wt, NULL), 0);
+	e->fk.block = 0;
+	assert_int_equal(e->fk.calls, 1);
+}
+
+static void test_a_write_waits_for_the_fetch_it_lands_on(void **state)
 {
 	struct env *e = *state;
 	struct data_file *f;
-	struct reader rd = {.off = 0, .len = 8192};
-	pthread_t th;
-	unsigned char w[1000], buf[8192];
-	memset(w, 'W', sizeof(w));
+	struct reader rd;
+	struct writer wr = {.off = 1000, .len = 1000};
+	unsigned char buf[8192];
 	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
-	rd.f = f;
-	e->fk.block = 1;
-	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
-	assert_int_equal(sem_wait(&e->fk.started), 0);
-	/* the fetch of [0, 8192) is in flight; this write lands on it */
-	assert_int_equal(data_write(f, w, sizeof(w), 1000), 1000);
-	assert_int_equal(sem_post(&e->fk.gate), 0);
-	assert_int_equal(pthread_join(th, NULL), 0);
-	assert_int_equal(rd.rc, 8192);
-	expect_obj(rd.buf, 0, 1000);
-	expect_fill(rd.buf + 1000, 'W', 1000);
+	race_fetch(e, f, &wr, &rd);
+	assert_int_equal(wr.rc, 1000);
+	assert_int_equal(rd.rc, 8192); /* fetched before the write: */
+	expect_obj(rd.buf, 0, 1000);   /* either content in [1000, 2000) */
 	expect_obj(rd.buf + 2000, 2000, 8192 - 2000);
-	e->fk.block = 0;
 	assert_int_equal(data_read(f, buf, sizeof(buf), 0), 8192);
+	expect_obj(buf, 0, 1000);
 	expect_fill(buf + 1000, 'W', 1000);
 	expect_obj(buf + 2000, 2000, 8192 - 2000);
 	assert_int_equal(e->fk.calls, 1);
 	expect_present(f, "0-8192");
 	expect_dirty(f, "1000-2000");
+	data_put(f);
+	reopen(e); /* and so the log says */
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(data_read(f, buf, sizeof(buf), 0), 8192);
+	expect_fill(buf + 1000, 'W', 1000);
+	expect_dirty(f, "1000-2000");
+	data_put(f);
+}
+
+/* A truncate that cuts into a fetch waits for it too: else the fetch
+ * writes past the cut, and a later grow reads its bytes, not zeros. */
+static void test_a_truncate_into_a_fetch_waits_for_it(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct reader rd;
+	struct writer wr = {.truncate_to = 4000};
+	unsigned char buf[8192];
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	race_fetch(e, f, &wr, &rd);
+	assert_int_equal(wr.rc, 0);
+	assert_int_equal(data_size(f), 4000);
+	expect_present(f, "0-4000");
+	assert_int_equal(data_truncate(f, 8192), 0);
+	assert_int_equal(data_read(f, buf, sizeof(buf), 0), 8192);
+	expect_obj(buf, 0, 4000);
+	expect_fill(buf + 4000, 0, 8192 - 4000);
+	assert_int_equal(e->fk.calls, 1);
 	data_put(f);
 }
 
@@ -1325,7 +1386,8 @@ int main(void)
 		T(test_a_gap_past_the_end_reads_as_zeros_not_the_object),
 		T(test_fetch_error_propagates_and_marks_nothing_present),
 		T(test_concurrent_readers_of_missing_range_share_one_fetch),
-		T(test_write_during_inflight_fetch_is_not_overwritten),
+		T(test_a_write_waits_for_the_fetch_it_lands_on),
+		T(test_a_truncate_into_a_fetch_waits_for_it),
 		T(test_mark_clean_keeps_ranges_written_after_snapshot_dirty),
 		T(test_close_and_reopen_restore_sets_data_and_usage),
 		T(test_clean_file_adopts_callers_size_on_get),
