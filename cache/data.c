@@ -84,6 +84,18 @@
  * exactly the missing bytes and starts a stream of its own, in place of
  * the one read least recently.
  *
+ * Prefetch: a sequential read also looks at the twice its window that
+ * follows it. Once at least a piece of that (a window, at most
+ * DATA_PREFETCH_PIECE) is neither present nor in flight, it marks up to
+ * DATA_PREFETCH_BATCH pieces in flight and queues them for the prefetch
+ * threads, each with a reference to the file, and the window doubles. The
+ * reader then finds its next bytes present, or waits on their fetch as on
+ * any other, while the following ones are fetched: one stream keeps
+ * several GETs going instead of waiting for one at a time. A piece that
+ * fails only leaves its bytes absent; the read that needs them fetches
+ * them itself and reports the error. data_close() drops the queue and
+ * waits for the pieces being fetched.
+ *
  * Upload snapshots: data_dirty() takes a snapshot and counts it (nsnap);
  * while nsnap > 0 every write and truncate-grow also adds its range to
  * `rewritten`. data_mark_clean(snap) clears dirty & (snap - rewritten),
@@ -129,12 +141,21 @@
 #define DATA_COPY_CHUNK (256u << 10)
 #define DATA_FETCH_TMP_PREFIX ".fetch."
 #define DATA_NEW_SUFFIX ".new"
+#define DATA_PREFETCH_BATCH 4 /* pieces a read may queue */
 /* No byte limit by default: only the free-space floor bounds the cache. */
 #define DATA_DEFAULT_SIZE_LIMIT UINT64_MAX
 
 struct fetch_rec {
 	uint64_t start;
 	uint64_t end;
+};
+
+/* a fetch queued for the prefetch threads; [s, e) is in flight and f
+ * is referenced */
+struct prefetch {
+	struct data_file *f;
+	uint64_t s, e;
+	struct prefetch *next;
 };
 
 struct ra_stream {
@@ -194,11 +215,20 @@ struct data {
 	 * bytes writes may still take before it is asked again */
 	uint64_t room_at_ms;
 	int64_t room_budget;
+	/* the prefetch queue and its threads */
+	pthread_mutex_t pf_lock; /* taken alone: no other lock inside it */
+	pthread_cond_t pf_wake;
+	struct prefetch *pf_head, **pf_tail; /* protected by pf_lock */
+	int pf_stop;			     /* protected by pf_lock */
+	pthread_t *pf_threads;
+	unsigned npf;
 };
 
 /* ---- small helpers ---- */
 
 static int room_for(struct data *d, uint64_t len, int urgent);
+static int prefetch_start(struct data *d);
+static void prefetch_stop(struct data *d);
 
 static void die(const char *what, int rc)
 {
@@ -1022,6 +1052,47 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 	}
 }
 
+/* The first byte at or past pos, before lim, that is neither present nor
+ * in flight; lim if none. */
+static uint64_t uncovered_from(const struct data_file *f, uint64_t pos,
+			       uint64_t lim)
+{
+	uint64_t gs, ge;
+	while (pos < lim && ranges_first_gap(&f->present, pos, lim, &gs, &ge)) {
+		const struct fetch_rec *r = inflight_at(f, gs);
+		if (!r)
+			return gs;
+		pos = r->end;
+	}
+	return lim;
+}
+
+/* What a sequential reader at end with window win has fetched ahead
+ * (see Prefetch above): up to DATA_PREFETCH_BATCH pieces of
+ * [end, end + 2 win), marked in flight and returned in out. Called with
+ * f->lock held. */
+static unsigned plan_ahead_locked(struct data_file *f, uint64_t end,
+				  uint64_t win, struct fetch_rec *out)
+{
+	uint64_t piece = min_u64(win, DATA_PREFETCH_PIECE);
+	uint64_t lim = f->size - end > 2 * win ? end + 2 * win : f->size;
+	unsigned n = 0;
+	for (uint64_t pos = uncovered_from(f, end, lim);
+	     n < DATA_PREFETCH_BATCH && pos < lim;
+	     pos = uncovered_from(f, pos, lim)) {
+		uint64_t gs, ge;
+		if (lim - pos < piece && lim < f->size)
+			break; /* less than a piece: at a later read */
+		if (ranges_first_gap(&f->present, pos, lim, &gs, &ge))
+			assert(gs == pos);
+		uint64_t pe = inflight_clip(f, pos, min_u64(ge, pos + piece));
+		if (room_for(f->d, pe - pos, 0) || inflight_add(f, pos, pe))
+			break;
+		out[n++] = (struct fetch_rec){pos, pe};
+	}
+	return n;
+}
+
 /* ---- public API ---- */
 
 void data_config_init(struct data_config *cfg)
@@ -1032,6 +1103,7 @@ void data_config_init(struct data_config *cfg)
 	cfg->reserve = DATA_DEFAULT_RESERVE;
 	cfg->readahead_min = DATA_DEFAULT_READAHEAD_MIN;
 	cfg->readahead_max = DATA_DEFAULT_READAHEAD_MAX;
+	cfg->prefetch_threads = DATA_DEFAULT_PREFETCH_THREADS;
 }
 
 static int mkdir_p(const char *path)
@@ -1334,6 +1406,12 @@ int data_open(const struct data_config *cfg, struct data **out)
 	rc = -pthread_mutex_init(&d->lock, NULL);
 	if (rc)
 		goto fail_3;
+	rc = -pthread_mutex_init(&d->pf_lock, NULL);
+	if (rc)
+		goto fail_3b;
+	rc = -pthread_cond_init(&d->pf_wake, NULL);
+	if (rc)
+		goto fail_3c;
 	/* the metadata store shares this filesystem and must never find it
 	 * full: writes stop short of an eighth of it, at most the reserve */
 	struct statvfs sv;
@@ -1348,6 +1426,8 @@ int data_open(const struct data_config *cfg, struct data **out)
 		goto fail_4;
 	}
 	rc = load_all(d);
+	if (!rc)
+		rc = prefetch_start(d);
 	if (rc)
 		goto fail_5;
 	*out = d;
@@ -1356,6 +1436,10 @@ int data_open(const struct data_config *cfg, struct data **out)
 fail_5:
 	free_all_files(d);
 fail_4:
+	pthread_cond_destroy(&d->pf_wake);
+fail_3c:
+	pthread_mutex_destroy(&d->pf_lock);
+fail_3b:
 	pthread_mutex_destroy(&d->lock);
 fail_3:
 	(void)close(d->dirfd);
@@ -1370,7 +1454,10 @@ void data_close(struct data *d)
 {
 	if (!d)
 		return;
+	prefetch_stop(d);
 	free_all_files(d);
+	pthread_cond_destroy(&d->pf_wake);
+	pthread_mutex_destroy(&d->pf_lock);
 	pthread_mutex_destroy(&d->lock);
 	(void)close(d->dirfd); /* a directory: nothing to flush */
 	free(d->path);
@@ -1533,6 +1620,123 @@ void data_put(struct data_file *f)
 	unlock_mutex(&d->lock);
 }
 
+/* ---- prefetch ---- */
+
+/* Ends a queued fetch that will not run: its record and its reference. */
+static void prefetch_drop(struct data_file *f, uint64_t s, uint64_t e)
+{
+	lock_mutex(&f->lock);
+	inflight_del(f, s, e);
+	int rc = pthread_cond_broadcast(&f->fetched);
+	if (rc)
+		die("pthread_cond_broadcast", rc);
+	unlock_mutex(&f->lock);
+	data_put(f);
+}
+
+/* Queues the n pieces plan_ahead_locked() marked in flight. */
+static void prefetch_queue(struct data_file *f, const struct fetch_rec *v,
+			   unsigned n)
+{
+	struct data *d = f->d;
+	lock_mutex(&d->lock);
+	f->refs += n; /* the caller holds one: f is not in the LRU */
+	unlock_mutex(&d->lock);
+	for (unsigned i = 0; i < n; i++) {
+		struct prefetch *p = malloc(sizeof(*p));
+		int queued = 0;
+		lock_mutex(&d->pf_lock);
+		if (p && !d->pf_stop) {
+			*p = (struct prefetch){f, v[i].start, v[i].end, NULL};
+			*d->pf_tail = p;
+			d->pf_tail = &p->next;
+			int rc = pthread_cond_signal(&d->pf_wake);
+			if (rc)
+				die("pthread_cond_signal", rc);
+			queued = 1;
+		}
+		unlock_mutex(&d->pf_lock);
+		if (!queued) {
+			free(p);
+			prefetch_drop(f, v[i].start, v[i].end);
+		}
+	}
+}
+
+static void *prefetch_main(void *arg)
+{
+	struct data *d = arg;
+	lock_mutex(&d->pf_lock);
+	for (;;) {
+		struct prefetch *p = d->pf_head;
+		if (!p) {
+			if (d->pf_stop)
+				break;
+			int rc = pthread_cond_wait(&d->pf_wake, &d->pf_lock);
+			if (rc)
+				die("pthread_cond_wait", rc);
+			continue;
+		}
+		d->pf_head = p->next;
+		if (!d->pf_head)
+			d->pf_tail = &d->pf_head;
+		int stop = d->pf_stop;
+		unlock_mutex(&d->pf_lock);
+		if (stop) {
+			prefetch_drop(p->f, p->s, p->e);
+		} else {
+			lock_mutex(&p->f->lock);
+			/* a failure leaves the bytes absent: the read that
+			 * needs them fetches them and reports it */
+			(void)fetch_marked_locked(p->f, p->s, p->e);
+			unlock_mutex(&p->f->lock);
+			data_put(p->f);
+		}
+		free(p);
+		lock_mutex(&d->pf_lock);
+	}
+	unlock_mutex(&d->pf_lock);
+	return NULL;
+}
+
+/* Drops what is queued and joins the prefetch threads. */
+static void prefetch_stop(struct data *d)
+{
+	lock_mutex(&d->pf_lock);
+	d->pf_stop = 1;
+	int rc = pthread_cond_broadcast(&d->pf_wake);
+	if (rc)
+		die("pthread_cond_broadcast", rc);
+	unlock_mutex(&d->pf_lock);
+	for (unsigned i = 0; i < d->npf; i++) {
+		rc = pthread_join(d->pf_threads[i], NULL);
+		if (rc)
+			die("pthread_join", rc);
+	}
+	free(d->pf_threads);
+	d->pf_threads = NULL;
+	d->npf = 0;
+}
+
+static int prefetch_start(struct data *d)
+{
+	d->pf_tail = &d->pf_head;
+	if (!d->cfg.prefetch_threads)
+		return 0;
+	d->pf_threads = calloc(d->cfg.prefetch_threads, sizeof(pthread_t));
+	if (!d->pf_threads)
+		return -ENOMEM;
+	for (; d->npf < d->cfg.prefetch_threads; d->npf++) {
+		int rc = pthread_create(&d->pf_threads[d->npf], NULL,
+					prefetch_main, d);
+		if (rc) {
+			prefetch_stop(d);
+			return -rc;
+		}
+	}
+	return 0;
+}
+
 /* The read-ahead stream a read at off continues, or one for it to start:
  * a free one, a new one while every stream is in use and the table can
  * still double, or else the one read least recently. NULL: no memory. */
@@ -1605,8 +1809,18 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	if (used)
 		st->window = min_u64(2 * ra, d->cfg.readahead_max);
 	end = min_u64(end, f->size); /* a truncate may have run meanwhile */
+	struct fetch_rec ahead[DATA_PREFETCH_BATCH];
+	unsigned nahead = 0;
+	if (ra && rc == 0 && d->npf) {
+		uint64_t win = st->window ? st->window : ra;
+		nahead = plan_ahead_locked(f, end, win, ahead);
+		if (nahead && !used)
+			st->window = min_u64(2 * win, d->cfg.readahead_max);
+	}
 	check_file(f);
 	unlock_mutex(&f->lock);
+	if (nahead)
+		prefetch_queue(f, ahead, nahead);
 	if (rc == -ENOSPC && off < end) /* a full cache disk: past it */
 		return read_through(f, buf, (size_t)(end - off), off);
 	if (rc)

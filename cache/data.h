@@ -35,6 +35,10 @@
  * streams and doubles while every stream in it is in use, up to MAX */
 #define DATA_RA_STREAMS_MIN 4
 #define DATA_RA_STREAMS_MAX 256
+/* threads that fetch ahead of sequential readers, in pieces of at most
+ * DATA_PREFETCH_PIECE bytes; 0: a read fetches only what it waits for */
+#define DATA_DEFAULT_PREFETCH_THREADS 8
+#define DATA_PREFETCH_PIECE (8u << 20)
 #define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
 #define DATA_DEFAULT_RESERVE (64ull << 20)
 
@@ -54,6 +58,9 @@ struct data_config {
 	uint64_t reserve;
 	uint32_t readahead_min; /* first read-ahead window */
 	uint32_t readahead_max; /* sequential reads double it up to this */
+	/* background fetches keep up to twice the window ahead of a
+	 * sequential reader (data_read()); 0 threads: none */
+	unsigned prefetch_threads;
 	data_fetch_fn fetch;
 	void *fetch_ctx;
 };
@@ -84,7 +91,9 @@ void data_put(struct data_file *f);
 
 /* Reads [off, off+len), first fetching the missing ranges (one fetch per
  * gap, widened by the read-ahead window on sequential access; no
- * read-ahead on random access). Returns bytes read (short at EOF). */
+ * read-ahead on random access). A sequential read also has the
+ * prefetch threads fetch what follows, so the reader finds it present or
+ * in flight. Returns bytes read (short at EOF). */
 ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off);
 /* Writes and marks [off, off+len) present and dirty; extends the size. */
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,

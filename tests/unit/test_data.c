@@ -39,6 +39,8 @@ struct fake {
 	uint64_t len[MAX_CALLS];
 	int err;   /* fail every fetch with -err */
 	int block; /* post `started`, then wait on `gate` */
+	/* the same for fetches at or past these offsets only (EIO) */
+	uint64_t fail_from, block_from;
 	sem_t started;
 	sem_t gate;
 };
@@ -67,7 +69,8 @@ static ssize_t fake_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 		fk->len[fk->calls] = len;
 	}
 	fk->calls++;
-	int block = fk->block, err = fk->err;
+	int block = fk->block || off >= fk->block_from;
+	int err = fk->err ? fk->err : off >= fk->fail_from ? EIO : 0;
 	pthread_mutex_unlock(&fk->lock);
 	if (block) {
 		sem_post(&fk->started);
@@ -105,12 +108,16 @@ static int setup(void **state)
 	sem_init(&e->fk.gate, 0, 0);
 	e->fk.obj = e->obj;
 	e->fk.objlen = sizeof(e->obj);
+	e->fk.fail_from = e->fk.block_from = UINT64_MAX;
 	data_config_init(&e->cfg);
 	e->cfg.dir = e->dir;
 	e->cfg.size_limit = UINT64_MAX;
 	e->cfg.free_floor = 0;
 	e->cfg.readahead_min = RA_MIN;
 	e->cfg.readahead_max = RA_MAX;
+	e->cfg.prefetch_threads = 0; /* each test that counts fetches sees
+					only the reads' own (prefetch tests
+					reopen with threads) */
 	e->cfg.fetch = fake_fetch;
 	e->cfg.fetch_ctx = &e->fk;
 	assert_int_equal(data_open(&e->cfg, &e->d), 0);
@@ -321,6 +328,149 @@ static void test_many_interleaved_readers_each_keep_their_stream(void **state)
 	assert_int_equal(data_read(f, buf, 8192, 16 * K), 8192);
 	assert_int_equal(e->fk.calls, 2 * R + 1);
 	expect_call(e, (int)(2 * R), 20 * K, 4 * K);
+	data_put(f);
+}
+
+/* ---- prefetch: fetches ahead of a sequential reader, in threads ---- */
+
+static void with_prefetch_threads(struct env *e, unsigned n)
+{
+	e->cfg.prefetch_threads = n;
+	reopen(e);
+}
+
+static int fake_calls(struct env *e)
+{
+	pthread_mutex_lock(&e->fk.lock);
+	int n = e->fk.calls;
+	pthread_mutex_unlock(&e->fk.lock);
+	return n;
+}
+
+/* Waits (up to 10 s) until want is present in f, or fails. */
+static void await_present(struct data_file *f, const char *want)
+{
+	struct ranges r = RANGES_INIT;
+	struct buf b = BUF_INIT;
+	for (int i = 0; i < 10000; i++) {
+		b.len = 0;
+		ranges_free(&r);
+		assert_int_equal(data_present(f, &r), 0);
+		assert_int_equal(ranges_encode(&r, &b), 0);
+		if (strcmp(b.data ? b.data : "", want) == 0)
+			break;
+		usleep(1000);
+	}
+	expect_encoding(&r, want);
+	ranges_free(&r);
+	buf_free(&b);
+}
+
+static void test_a_sequential_reader_finds_what_follows_fetched(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	const uint64_t K = 1024, size = sizeof(e->obj);
+	with_prefetch_threads(e, 2);
+	assert_int_equal(data_get(e->d, 1, size, &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096); /* exact */
+	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
+	expect_obj(buf, 4 * K, 4096);
+	/* the read fetched [4, 20) KiB, and its window is 32 KiB now: of
+	 * the 64 KiB after the reader, [20, 52) comes with no read asking
+	 * ([52, 72) is less than a piece: it waits for a later read) */
+	await_present(f, "0-53248");
+	assert_int_equal(fake_calls(e), 3);
+	/* and so on to the end: each byte fetched once, and read right */
+	for (uint64_t off = 8 * K; off < size; off += 4 * K) {
+		assert_int_equal(data_read(f, buf, 4096, off), 4096);
+		expect_obj(buf, off, 4096);
+	}
+	await_present(f, "0-1048576");
+	uint64_t fetched = 0;
+	for (int i = 0; i < fake_calls(e); i++)
+		fetched += e->fk.len[i];
+	assert_int_equal(fetched, size);
+	/* pieces of the window, which grew to readahead_max */
+	assert_int_equal(e->fk.len[fake_calls(e) - 2], RA_MAX);
+	data_put(f);
+}
+
+static void test_a_failed_prefetch_leaves_its_bytes_to_the_reader(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	with_prefetch_threads(e, 2);
+	e->fk.fail_from = 20 * K; /* the read-ahead pieces fail */
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
+	for (int i = 0; i < 10000 && fake_calls(e) < 3; i++)
+		usleep(1000);
+	/* the reader that needs them fetches them, and says it failed */
+	assert_int_equal(data_read(f, buf, 4096, 8 * K), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 20 * K), -EIO);
+	expect_present(f, "0-20480");
+	pthread_mutex_lock(&e->fk.lock);
+	e->fk.fail_from = UINT64_MAX;
+	pthread_mutex_unlock(&e->fk.lock);
+	assert_int_equal(data_read(f, buf, 4096, 20 * K), 4096);
+	expect_obj(buf, 20 * K, 4096);
+	data_put(f);
+}
+
+struct closer {
+	struct data *d;
+};
+
+static void *closer_main(void *arg)
+{
+	data_close(((struct closer *)arg)->d);
+	return NULL;
+}
+
+/* data_close() with one piece being fetched and one queued: it waits for
+ * the first, drops the second, and leaves the cache whole. */
+static void
+test_close_with_prefetches_pending_leaves_the_cache_whole(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	with_prefetch_threads(e, 1);
+	e->fk.block_from = 20 * K;
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
+	assert_int_equal(sem_wait(&e->fk.started), 0); /* [20, 52) KiB */
+	for (uint64_t off = 8 * K; off < 20 * K; off += 4 * K) /* and */
+		assert_int_equal(data_read(f, buf, 4096, off), 4096);
+	/* [52, 84) KiB is queued behind it now */
+	data_put(f);
+	struct closer c = {e->d};
+	pthread_t th;
+	e->d = NULL;
+	assert_int_equal(pthread_create(&th, NULL, closer_main, &c), 0);
+	usleep(50 * 1000);
+	pthread_mutex_lock(&e->fk.lock);
+	e->fk.block_from = UINT64_MAX;
+	pthread_mutex_unlock(&e->fk.lock);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	/* the piece in flight landed; the queued one at most also did */
+	int calls = fake_calls(e);
+	assert_true(calls == 3 || calls == 4);
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	expect_present(f, calls == 3 ? "0-53248" : "0-86016");
+	for (uint64_t off = 0; off < 84 * K; off += 4 * K) {
+		assert_int_equal(data_read(f, buf, 4096, off), 4096);
+		expect_obj(buf, off, 4096);
+	}
 	data_put(f);
 }
 
@@ -1386,6 +1536,9 @@ int main(void)
 		T(test_a_gap_past_the_end_reads_as_zeros_not_the_object),
 		T(test_fetch_error_propagates_and_marks_nothing_present),
 		T(test_concurrent_readers_of_missing_range_share_one_fetch),
+		T(test_a_sequential_reader_finds_what_follows_fetched),
+		T(test_a_failed_prefetch_leaves_its_bytes_to_the_reader),
+		T(test_close_with_prefetches_pending_leaves_the_cache_whole),
 		T(test_a_write_waits_for_the_fetch_it_lands_on),
 		T(test_a_truncate_into_a_fetch_waits_for_it),
 		T(test_mark_clean_keeps_ranges_written_after_snapshot_dirty),
