@@ -1804,8 +1804,13 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	else
 		st->window = 0;
 	st->next = end;
-	st->used = ++f->ra_tick;
+	uint64_t tick = st->used = ++f->ra_tick;
+	/* fill_locked() may drop the lock: other readers can grow (move)
+	 * the table meanwhile, or take this stream over */
+	size_t si = st == &none ? 0 : (size_t)(st - f->ra);
 	int rc = fill_locked(f, off, end, ra, 0, &used);
+	if (st != &none)
+		st = f->ra[si].used == tick ? &f->ra[si] : &none;
 	if (used)
 		st->window = min_u64(2 * ra, d->cfg.readahead_max);
 	end = min_u64(end, f->size); /* a truncate may have run meanwhile */

@@ -616,6 +616,44 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+/* A sequential reader waits on its fetch with the file unlocked while
+ * other readers grow the stream table (realloc): it must not then update
+ * its stream through a pointer into the old table (ASan: use after free),
+ * and its window must still have doubled. */
+static void
+test_a_reader_in_a_fetch_survives_the_stream_table_growing(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct reader rd = {.off = 16, .len = 4096};
+	unsigned char buf[16384];
+	pthread_t th;
+	const uint64_t K = 1024;
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	assert_int_equal(data_read(f, buf, 16, 0), 16);
+	rd.f = f; /* sequential: its fetch is widened to RA_MIN, and blocks */
+	e->fk.block = 1;
+	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+	assert_int_equal(sem_wait(&e->fk.started), 0);
+	e->fk.block = 0;
+	/* 16 readers elsewhere, each a stream: the table doubles thrice */
+	for (uint64_t r = 1; r <= 16; r++)
+		assert_int_equal(data_read(f, buf, 16, 256 * K + r * 32 * K),
+				 16);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(rd.rc, 4096);
+	expect_obj(rd.buf, 16, 4096);
+	expect_call(e, 1, 16, RA_MIN);
+	/* the rest of what it fetched, then its next fetch: twice RA_MIN */
+	assert_int_equal(data_read(f, buf, RA_MIN - 4096, 16 + 4096),
+			 RA_MIN - 4096);
+	int calls = e->fk.calls;
+	assert_int_equal(data_read(f, buf, 16, 16 + RA_MIN), 16);
+	expect_call(e, calls, 16 + RA_MIN, 2 * RA_MIN);
+	data_put(f);
+}
+
 static void
 test_concurrent_readers_of_missing_range_share_one_fetch(void **state)
 {
@@ -1536,6 +1574,7 @@ int main(void)
 		T(test_a_gap_past_the_end_reads_as_zeros_not_the_object),
 		T(test_fetch_error_propagates_and_marks_nothing_present),
 		T(test_concurrent_readers_of_missing_range_share_one_fetch),
+		T(test_a_reader_in_a_fetch_survives_the_stream_table_growing),
 		T(test_a_sequential_reader_finds_what_follows_fetched),
 		T(test_a_failed_prefetch_leaves_its_bytes_to_the_reader),
 		T(test_close_with_prefetches_pending_leaves_the_cache_whole),
