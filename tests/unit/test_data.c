@@ -422,13 +422,9 @@ static void test_a_failed_prefetch_leaves_its_bytes_to_the_reader(void **state)
 	data_put(f);
 }
 
-struct closer {
-	struct data *d;
-};
-
-static void *closer_main(void *arg)
+static void *closer_main(void *d)
 {
-	data_close(((struct closer *)arg)->d);
+	data_close(d);
 	return NULL;
 }
 
@@ -451,10 +447,9 @@ test_close_with_prefetches_pending_leaves_the_cache_whole(void **state)
 		assert_int_equal(data_read(f, buf, 4096, off), 4096);
 	/* [52, 84) KiB is queued behind it now */
 	data_put(f);
-	struct closer c = {e->d};
 	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, closer_main, e->d), 0);
 	e->d = NULL;
-	assert_int_equal(pthread_create(&th, NULL, closer_main, &c), 0);
 	usleep(50 * 1000);
 	pthread_mutex_lock(&e->fk.lock);
 	e->fk.block_from = UINT64_MAX;
