@@ -91,10 +91,13 @@
  * threads, each with a reference to the file, and the window doubles. The
  * reader then finds its next bytes present, or waits on their fetch as on
  * any other, while the following ones are fetched: one stream keeps
- * several GETs going instead of waiting for one at a time. A piece that
- * fails only leaves its bytes absent; the read that needs them fetches
- * them itself and reports the error. data_close() drops the queue and
- * waits for the pieces being fetched.
+ * several GETs going instead of waiting for one at a time. A piece still
+ * in the queue is no one's yet: a read that needs it fetches it itself
+ * (64 readers of one file must not wait behind each other's read-ahead),
+ * and a write or truncate over it drops it. A piece that fails only
+ * leaves its bytes absent; the read that needs them fetches them itself
+ * and reports the error. data_close() drops the queue and waits for the
+ * pieces being fetched.
  *
  * Upload snapshots: data_dirty() takes a snapshot and counts it (nsnap);
  * while nsnap > 0 every write and truncate-grow also adds its range to
@@ -145,16 +148,21 @@
 /* No byte limit by default: only the free-space floor bounds the cache. */
 #define DATA_DEFAULT_SIZE_LIMIT UINT64_MAX
 
+struct prefetch;
+
 struct fetch_rec {
 	uint64_t start;
 	uint64_t end;
+	/* set while queued for a prefetch thread and not started: a reader
+	 * that needs it fetches it itself, a write drops it */
+	struct prefetch *job;
 };
 
-/* a fetch queued for the prefetch threads; [s, e) is in flight and f
- * is referenced */
+/* a fetch queued for the prefetch threads: f is referenced, and the
+ * in-flight record whose job it is holds the range (none once a reader
+ * or a write took it over) */
 struct prefetch {
 	struct data_file *f;
-	uint64_t s, e;
 	struct prefetch *next;
 };
 
@@ -896,7 +904,7 @@ static int inflight_add(struct data_file *f, uint64_t start, uint64_t end)
 		f->inflight = v;
 		f->capinflight = cap;
 	}
-	f->inflight[f->ninflight++] = (struct fetch_rec){start, end};
+	f->inflight[f->ninflight++] = (struct fetch_rec){start, end, NULL};
 	return 0;
 }
 
@@ -910,6 +918,17 @@ static void inflight_del(struct data_file *f, uint64_t start, uint64_t end)
 		}
 	}
 	assert(!"in-flight record not found");
+}
+
+/* The record of a queued prefetch, or NULL once a reader or a write took
+ * it (see struct fetch_rec). */
+static struct fetch_rec *inflight_of_job(struct data_file *f,
+					 const struct prefetch *p)
+{
+	for (size_t i = 0; i < f->ninflight; i++)
+		if (f->inflight[i].job == p)
+			return &f->inflight[i];
+	return NULL;
 }
 
 /* Makes [off, off + len) of fd read as zeros. */
@@ -986,12 +1005,18 @@ static int fetch_marked_locked(struct data_file *f, uint64_t s, uint64_t e)
 	return rc;
 }
 
-/* Waits until no fetch in flight overlaps [s, e). Called with f->lock
- * held (dropped while waiting). */
+/* Waits until no fetch in flight overlaps [s, e); a queued prefetch that
+ * has not started is dropped instead. Called with f->lock held (dropped
+ * while waiting). */
 static void wait_fetches_locked(struct data_file *f, uint64_t s, uint64_t e)
 {
 	for (size_t i = 0; i < f->ninflight;) {
-		if (f->inflight[i].start < e && s < f->inflight[i].end) {
+		struct fetch_rec *r = &f->inflight[i];
+		if (r->start < e && s < r->end && r->job) {
+			inflight_del(f, r->start,
+				     r->end); /* its thread skips it */
+			i = 0;
+		} else if (r->start < e && s < r->end) {
 			int rc = pthread_cond_wait(&f->fetched, &f->lock);
 			if (rc)
 				die("pthread_cond_wait", rc);
@@ -1030,7 +1055,15 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 		if (start >= stop ||
 		    !ranges_first_gap(&f->present, start, stop, &gs, &ge))
 			return 0;
-		if (inflight_at(f, gs)) {
+		struct fetch_rec *r = (struct fetch_rec *)inflight_at(f, gs);
+		if (r && r->job) { /* queued, not started: fetch it here */
+			r->job = NULL;
+			int rc = fetch_marked_locked(f, r->start, r->end);
+			if (rc)
+				return rc;
+			continue;
+		}
+		if (r) {
 			int rc = pthread_cond_wait(&f->fetched, &f->lock);
 			if (rc)
 				die("pthread_cond_wait", rc);
@@ -1069,10 +1102,10 @@ static uint64_t uncovered_from(const struct data_file *f, uint64_t pos,
 
 /* What a sequential reader at end with window win has fetched ahead
  * (see Prefetch above): up to DATA_PREFETCH_BATCH pieces of
- * [end, end + 2 win), marked in flight and returned in out. Called with
- * f->lock held. */
+ * [end, end + 2 win), marked in flight as queued, their jobs in out.
+ * Called with f->lock held. */
 static unsigned plan_ahead_locked(struct data_file *f, uint64_t end,
-				  uint64_t win, struct fetch_rec *out)
+				  uint64_t win, struct prefetch **out)
 {
 	uint64_t piece = min_u64(win, DATA_PREFETCH_PIECE);
 	uint64_t lim = f->size - end > 2 * win ? end + 2 * win : f->size;
@@ -1086,9 +1119,15 @@ static unsigned plan_ahead_locked(struct data_file *f, uint64_t end,
 		if (ranges_first_gap(&f->present, pos, lim, &gs, &ge))
 			assert(gs == pos);
 		uint64_t pe = inflight_clip(f, pos, min_u64(ge, pos + piece));
-		if (room_for(f->d, pe - pos, 0) || inflight_add(f, pos, pe))
+		struct prefetch *p = malloc(sizeof(*p));
+		if (!p || room_for(f->d, pe - pos, 0) ||
+		    inflight_add(f, pos, pe)) {
+			free(p);
 			break;
-		out[n++] = (struct fetch_rec){pos, pe};
+		}
+		*p = (struct prefetch){f, NULL};
+		f->inflight[f->ninflight - 1].job = p;
+		out[n++] = p;
 	}
 	return n;
 }
@@ -1622,45 +1661,62 @@ void data_put(struct data_file *f)
 
 /* ---- prefetch ---- */
 
-/* Ends a queued fetch that will not run: its record and its reference. */
-static void prefetch_drop(struct data_file *f, uint64_t s, uint64_t e)
+/* Ends a queued fetch that will not run: its record (if still its own)
+ * and its reference. */
+static void prefetch_drop(struct prefetch *p)
 {
+	struct data_file *f = p->f;
 	lock_mutex(&f->lock);
-	inflight_del(f, s, e);
-	int rc = pthread_cond_broadcast(&f->fetched);
-	if (rc)
-		die("pthread_cond_broadcast", rc);
+	struct fetch_rec *r = inflight_of_job(f, p);
+	if (r) {
+		inflight_del(f, r->start, r->end);
+		int rc = pthread_cond_broadcast(&f->fetched);
+		if (rc)
+			die("pthread_cond_broadcast", rc);
+	}
 	unlock_mutex(&f->lock);
+	free(p);
 	data_put(f);
 }
 
-/* Queues the n pieces plan_ahead_locked() marked in flight. */
-static void prefetch_queue(struct data_file *f, const struct fetch_rec *v,
-			   unsigned n)
+/* Queues the n jobs plan_ahead_locked() made. */
+static void prefetch_queue(struct data_file *f, struct prefetch **v, unsigned n)
 {
 	struct data *d = f->d;
 	lock_mutex(&d->lock);
 	f->refs += n; /* the caller holds one: f is not in the LRU */
 	unlock_mutex(&d->lock);
 	for (unsigned i = 0; i < n; i++) {
-		struct prefetch *p = malloc(sizeof(*p));
-		int queued = 0;
 		lock_mutex(&d->pf_lock);
-		if (p && !d->pf_stop) {
-			*p = (struct prefetch){f, v[i].start, v[i].end, NULL};
-			*d->pf_tail = p;
-			d->pf_tail = &p->next;
+		int stop = d->pf_stop;
+		if (!stop) {
+			*d->pf_tail = v[i];
+			d->pf_tail = &v[i]->next;
 			int rc = pthread_cond_signal(&d->pf_wake);
 			if (rc)
 				die("pthread_cond_signal", rc);
-			queued = 1;
 		}
 		unlock_mutex(&d->pf_lock);
-		if (!queued) {
-			free(p);
-			prefetch_drop(f, v[i].start, v[i].end);
-		}
+		if (stop)
+			prefetch_drop(v[i]);
 	}
+}
+
+/* Fetches a queued job's range, unless a reader or a write took it. */
+static void prefetch_run(struct prefetch *p)
+{
+	struct data_file *f = p->f;
+	lock_mutex(&f->lock);
+	struct fetch_rec *r = inflight_of_job(f, p);
+	if (r) {
+		r->job = NULL; /* started */
+		/* a failure leaves the bytes absent: the read that needs
+		 * them fetches them and reports it */
+		(void)fetch_marked_locked(f, r->start, r->end);
+	}
+	unlock_mutex(&f->lock);
+	free(p);
+	data_put(f);
 }
 
 static void *prefetch_main(void *arg)
@@ -1682,17 +1738,10 @@ static void *prefetch_main(void *arg)
 			d->pf_tail = &d->pf_head;
 		int stop = d->pf_stop;
 		unlock_mutex(&d->pf_lock);
-		if (stop) {
-			prefetch_drop(p->f, p->s, p->e);
-		} else {
-			lock_mutex(&p->f->lock);
-			/* a failure leaves the bytes absent: the read that
-			 * needs them fetches them and reports it */
-			(void)fetch_marked_locked(p->f, p->s, p->e);
-			unlock_mutex(&p->f->lock);
-			data_put(p->f);
-		}
-		free(p);
+		if (stop)
+			prefetch_drop(p);
+		else
+			prefetch_run(p);
 		lock_mutex(&d->pf_lock);
 	}
 	unlock_mutex(&d->pf_lock);
@@ -1814,7 +1863,7 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	if (used)
 		st->window = min_u64(2 * ra, d->cfg.readahead_max);
 	end = min_u64(end, f->size); /* a truncate may have run meanwhile */
-	struct fetch_rec ahead[DATA_PREFETCH_BATCH];
+	struct prefetch *ahead[DATA_PREFETCH_BATCH];
 	unsigned nahead = 0;
 	if (ra && rc == 0 && d->npf) {
 		uint64_t win = st->window ? st->window : ra;

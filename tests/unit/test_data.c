@@ -722,6 +722,66 @@ static void race_fetch(struct env *e, struct data_file *f, struct writer *wr,
 	assert_int_equal(e->fk.calls, 1);
 }
 
+/* Whether th ends within 10 s (else the test fails; th is left). */
+static int joins_soon(pthread_t th)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	return pthread_timedjoin_np(th, NULL, &ts) == 0;
+}
+
+/* With the one prefetch thread stuck in a fetch, a read that needs a
+ * piece still queued behind it fetches that piece itself, and a write
+ * over another queued piece drops it: neither waits for the queue. */
+static void test_queued_prefetches_are_taken_over_not_waited_for(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct reader rd;
+	struct writer wr = {.off = 330 * 1024, .len = 100};
+	unsigned char buf[4096];
+	pthread_t th;
+	const uint64_t K = 1024;
+	with_prefetch_threads(e, 1);
+	e->fk.block_from = 20 * K;
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
+	assert_int_equal(sem_wait(&e->fk.started), 0); /* [20, 52) KiB */
+	pthread_mutex_lock(&e->fk.lock);
+	e->fk.block_from = UINT64_MAX; /* (the stuck fetch stays stuck) */
+	pthread_mutex_unlock(&e->fk.lock);
+	for (uint64_t off = 8 * K; off < 20 * K; off += 4 * K)
+		assert_int_equal(data_read(f, buf, 4096, off), 4096);
+	/* and a second stream: [52, 84) and [320, 352) are queued now */
+	assert_int_equal(data_read(f, buf, 4096, 300 * K), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 304 * K), 4096);
+	assert_int_equal(fake_calls(e), 5);
+	rd = (struct reader){.f = f, .off = 60 * K, .len = 4096};
+	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+	int took = joins_soon(th);
+	if (!took) { /* it waits for the queue: unstick it, then fail */
+		assert_int_equal(sem_post(&e->fk.gate), 0);
+		assert_int_equal(pthread_join(th, NULL), 0);
+	}
+	assert_true(took);
+	assert_int_equal(rd.rc, 4096);
+	expect_obj(rd.buf, 60 * K, 4096);
+	expect_call(e, 5, 52 * K, 32 * K); /* the reader took it */
+	wr.f = f;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &wr), 0);
+	assert_true(joins_soon(th));
+	assert_int_equal(wr.rc, 100);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	/* the thread ends its fetch and skips both taken pieces */
+	await_present(f, "0-86016,307200-327680,337920-338020");
+	assert_int_equal(fake_calls(e), 6);
+	assert_int_equal(data_read(f, buf, 100, 330 * K), 100);
+	expect_fill(buf, 'W', 100);
+	data_put(f);
+}
+
 static void test_a_write_waits_for_the_fetch_it_lands_on(void **state)
 {
 	struct env *e = *state;
@@ -1573,6 +1633,7 @@ int main(void)
 		T(test_a_sequential_reader_finds_what_follows_fetched),
 		T(test_a_failed_prefetch_leaves_its_bytes_to_the_reader),
 		T(test_close_with_prefetches_pending_leaves_the_cache_whole),
+		T(test_queued_prefetches_are_taken_over_not_waited_for),
 		T(test_a_write_waits_for_the_fetch_it_lands_on),
 		T(test_a_truncate_into_a_fetch_waits_for_it),
 		T(test_mark_clean_keeps_ranges_written_after_snapshot_dirty),
