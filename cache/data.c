@@ -1012,18 +1012,18 @@ static void wait_fetches_locked(struct data_file *f, uint64_t s, uint64_t e)
 {
 	for (size_t i = 0; i < f->ninflight;) {
 		struct fetch_rec *r = &f->inflight[i];
-		if (r->start < e && s < r->end && r->job) {
-			inflight_del(f, r->start,
-				     r->end); /* its thread skips it */
-			i = 0;
-		} else if (r->start < e && s < r->end) {
+		if (r->start >= e || r->end <= s) {
+			i++;
+			continue;
+		}
+		if (r->job) { /* queued, not started: its thread skips it */
+			inflight_del(f, r->start, r->end);
+		} else {
 			int rc = pthread_cond_wait(&f->fetched, &f->lock);
 			if (rc)
 				die("pthread_cond_wait", rc);
-			i = 0; /* the list changed */
-		} else {
-			i++;
 		}
+		i = 0; /* the list changed */
 	}
 }
 
