@@ -42,10 +42,16 @@ void fs_health_note(struct fs *fs, int rc, const char *what)
 	pthread_mutex_unlock(&fs->health_lock);
 }
 
+/* Whether the last S3 call noted failed; under health_lock. */
+static int s3_failing_locked(const struct fs *fs)
+{
+	return fs->s3_err_ms && fs->s3_err_ms >= fs->s3_ok_ms;
+}
+
 int fs_s3_failing(struct fs *fs)
 {
 	pthread_mutex_lock(&fs->health_lock);
-	int failing = fs->s3_err_ms && fs->s3_err_ms >= fs->s3_ok_ms;
+	int failing = s3_failing_locked(fs);
 	pthread_mutex_unlock(&fs->health_lock);
 	return failing;
 }
@@ -139,7 +145,7 @@ static void write_health(struct fs *fs)
 	 * how long what it held has been waiting */
 	if (fs->s3_fail_since_ms && fs->s3_fail_since_ms < oldest)
 		oldest = fs->s3_fail_since_ms;
-	int failing = fs->s3_err_ms && fs->s3_err_ms >= fs->s3_ok_ms;
+	int failing = s3_failing_locked(fs);
 	char err[sizeof(fs->s3_err)];
 	snprintf(err, sizeof(err), "%s", failing ? fs->s3_err : "");
 	pthread_mutex_unlock(&fs->health_lock);

@@ -445,11 +445,11 @@ static void worker_ready(void *ctx, int takeover)
 static uint64_t free_floor_for(const char *dir)
 {
 	struct statvfs sv;
-	uint64_t floor = DATA_DEFAULT_FREE_FLOOR;
-	if (statvfs(dir, &sv) == 0 &&
-	    (uint64_t)sv.f_blocks * sv.f_frsize / 4 < floor)
-		floor = (uint64_t)sv.f_blocks * sv.f_frsize / 4;
-	return floor;
+	if (statvfs(dir, &sv) != 0)
+		return DATA_DEFAULT_FREE_FLOOR;
+	uint64_t quarter = (uint64_t)sv.f_blocks * sv.f_frsize / 4;
+	return quarter < DATA_DEFAULT_FREE_FLOOR ? quarter
+						 : DATA_DEFAULT_FREE_FLOOR;
 }
 
 /* Opens the store (loading the volume on a new cache dir), then serves
