@@ -281,9 +281,12 @@ struct meta {
 	sqlite3 *db;		    /* owned */
 	sqlite3_stmt *st[ST_COUNT]; /* owned; prepared once, reused */
 	int txn_open;		    /* BEGIN done, COMMIT not yet */
-	struct timespec txn_start;  /* CLOCK_MONOTONIC, when BEGIN ran */
-	int counters_dirty;	    /* next_ino/next_cookie to write */
-	int unsynced;		    /* commits since the last fsync'ed one */
+	/* the committer waits for a transaction to open, not for a timer:
+	 * only then does a lazy change need to wake it */
+	int committer_idle;
+	struct timespec txn_start; /* CLOCK_MONOTONIC, when BEGIN ran */
+	int counters_dirty;	   /* next_ino/next_cookie to write */
+	int unsynced;		   /* commits since the last fsync'ed one */
 	/* a change is stamped with sync_epoch (struct inode's sync_all,
 	 * sync_data); each fsync of the WAL starts a new epoch, and once it
 	 * is done, changes stamped below durable_epoch are durable */
@@ -1202,7 +1205,8 @@ static int commit_or_wake(struct meta *m, int lazy)
 	if (m->cfg.commit_interval_ms != 0)
 		return 0;
 	if (lazy && m->has_committer) {
-		wake_committer(m);
+		if (m->committer_idle)
+			wake_committer(m);
 		return 0;
 	}
 	int rc = txn_commit(m, 0);
@@ -1245,7 +1249,9 @@ static void *committer_main(void *arg)
 	lock(m);
 	while (!m->stop) {
 		if (!m->txn_open) {
+			m->committer_idle = 1;
 			int rc = pthread_cond_wait(&m->cond, &m->lock);
+			m->committer_idle = 0;
 			if (rc)
 				meta_log("pthread_cond_wait: %s", strerror(rc));
 			continue;
