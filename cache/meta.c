@@ -25,7 +25,9 @@
  *   IN_TXN --timer (commit_interval_ms) / meta_commit() / every change when
  *            commit_interval_ms is 0 (the end of a meta_batch_begin()/end()
  *            pair inside one; a META_SET_LAZY change waits for the timer,
- *            lazy_commit_ms, or the next other change)--> IDLE
+ *            lazy_commit_ms, or the next other change; so do the deletion
+ *            of a forgotten orphan and a change of an orphan's times,
+ *            which nothing reads after a crash)--> IDLE
  *   any --SQLite rolled the whole transaction back (I/O error, disk full)
  *         --> FAILED: reads go on from memory, changes return -EIO.
  * Commits use synchronous=NORMAL: durable against a crash of the daemon,
@@ -2912,8 +2914,14 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 		a->mtime = attr->mtime;
 	/* every attribute change moves ctime, as notify_change() does */
 	a->ctime = mask & META_SET_CTIME ? attr->ctime : op.now;
-	/* atime alone is not kept in S3 */
-	if (mask & ~(unsigned)(META_SET_ATIME | META_SET_SIZE))
+	/* atime alone is not kept in S3, and an unlinked inode is never
+	 * uploaded: its attributes are its own until it is forgotten, and a
+	 * change of its times may wait for the next commit (the kernel's
+	 * flush of the times of a file being unlinked, say) */
+	int orphan = a->nlink == 0 && in->a.ino != META_ROOT_INO;
+	if (orphan && !(mask & (META_SET_MODE | META_SET_UID | META_SET_GID)))
+		lazy = 1;
+	if (!orphan && (mask & ~(unsigned)(META_SET_ATIME | META_SET_SIZE)))
 		a->dirty |= META_DIRTY_ATTR;
 	rc = op_write(m, &op);
 	rc = op_end(m, &op, rc);
@@ -3130,7 +3138,10 @@ int meta_forget(struct meta *m, uint64_t ino, uint64_t n)
 		unlock(m);
 		return 0;
 	}
-	/* the last reference to an unlinked inode */
+	/* the last reference to an unlinked inode. Its deletion may wait
+	 * for the next commit: lost in a crash, the row is an orphan that
+	 * meta_open() deletes (or, adopting the kernel's references, keeps
+	 * as it keeps every orphan) */
 	struct op op;
 	int rc = op_begin(m, &op);
 	if (!rc) {
@@ -3139,7 +3150,7 @@ int meta_forget(struct meta *m, uint64_t ino, uint64_t n)
 		rc = op_end(m, &op, rc);
 	}
 	if (!rc)
-		op_done(m, &op);
+		op_done_lazy(m, &op, 1);
 	unlock(m);
 	/* on failure the row stays; meta_open() deletes it as an orphan */
 	return rc ? rc : 1;
@@ -3153,7 +3164,14 @@ int meta_set_dirty(struct meta *m, uint64_t ino, uint32_t flags)
 	lock(m);
 	struct inode *in = inode_find(m, ino);
 	struct op op;
-	int rc = in ? op_begin(m, &op) : -ENOENT;
+	int rc = in ? 0 : -ENOENT;
+	/* an unlinked inode is never uploaded: no flag to write */
+	if (!rc && in->a.nlink == 0 && ino != META_ROOT_INO) {
+		unlock(m);
+		return 0;
+	}
+	if (!rc)
+		rc = op_begin(m, &op);
 	if (!rc) {
 		op_touch(&op, in);
 		in->a.dirty |= flags;

@@ -2255,6 +2255,114 @@ static int64_t mode_row(struct fixture *f, uint64_t ino)
 	return peek(f->path, sql);
 }
 
+static int64_t inode_rows(struct fixture *f, uint64_t ino)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM inodes WHERE ino = %" PRIu64, ino);
+	return peek(f->path, sql);
+}
+
+static int64_t dirty_row(struct fixture *f, uint64_t ino)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql),
+		 "SELECT dirty FROM inodes WHERE ino = %" PRIu64, ino);
+	return peek(f->path, sql);
+}
+
+static int gone(struct meta *m, uint64_t ino)
+{
+	struct meta_attr a;
+	return meta_getattr(m, ino, &a) == -ENOENT;
+}
+
+/* An unlinked file, still referenced by the kernel, uploaded (clean). */
+static uint64_t clean_orphan(struct fixture *f, struct meta *m)
+{
+	uint64_t ino = mkfile(m, ROOT, "gone"), seq;
+	meta_ref(m, ino, 1);
+	assert_int_equal(meta_change_seq(m, ino, &seq), 0);
+	assert_int_equal(meta_clear_dirty(m, ino, ~0u, seq), 0);
+	assert_int_equal(meta_unlink(m, ROOT, "gone", 0, NULL), 0);
+	assert_int_equal(inode_rows(f, ino), 1);
+	assert_int_equal(dirty_row(f, ino) & META_DIRTY_ATTR, 0);
+	return ino;
+}
+
+static void test_an_orphans_last_forget_goes_with_the_next_commit(void **state)
+{
+	struct fixture *f = *state;
+	struct meta *m = open_lazy(f, 600000);
+	uint64_t ino = clean_orphan(f, m);
+	assert_int_equal(meta_forget(m, ino, 1), 1);
+	assert_true(gone(m, ino));
+	/* a commit of its own would cost rm -rf one per file */
+	assert_int_equal(inode_rows(f, ino), 1);
+	mkfile(m, ROOT, "next");
+	assert_int_equal(inode_rows(f, ino), 0);
+	assert_int_equal(meta_check(m), 0);
+}
+
+static void test_an_orphans_times_wait_and_leave_it_clean(void **state)
+{
+	struct fixture *f = *state;
+	struct meta *m = open_lazy(f, 600000);
+	uint64_t ino = clean_orphan(f, m);
+	int64_t was = mtime_row(f, ino);
+	/* the kernel flushes the times of a file it is evicting */
+	struct meta_attr in = {.mtime = {.tv_sec = 7000},
+			       .ctime = {.tv_sec = 7000}},
+			 out;
+	assert_int_equal(meta_setattr(m, ino, META_SET_MTIME | META_SET_CTIME,
+				      &in, &out),
+			 0);
+	assert_int_equal(out.mtime.tv_sec, 7000);
+	assert_int_equal(mtime_row(f, ino), was);
+	/* nothing of it is owed to S3 */
+	assert_int_equal(meta_set_dirty(m, ino, META_DIRTY_ATTR), 0);
+	assert_int_equal(meta_commit(m), 0);
+	assert_int_equal(mtime_row(f, ino), 7000);
+	assert_int_equal(dirty_row(f, ino) & META_DIRTY_ATTR, 0);
+	/* a mode change is not a time: committed at once */
+	in.mode = 0600;
+	assert_int_equal(meta_setattr(m, ino, META_SET_MODE, &in, &out), 0);
+	assert_int_equal(mode_row(f, ino) & 07777, 0600);
+	assert_int_equal(meta_forget(m, ino, 1), 1);
+}
+
+static void test_an_orphan_lost_with_its_lazy_forget_is_gone_after(void **state)
+{
+	struct fixture *f = *state;
+	meta_close(f->m);
+	f->m = NULL;
+	uint64_t ino = 0;
+	int pipefd[2];
+	assert_int_equal(pipe(pipefd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct meta *m = open_lazy(f, 600000);
+		uint64_t x = clean_orphan(f, m);
+		if (meta_forget(m, x, 1) != 1 ||
+		    write(pipefd[1], &x, sizeof(x)) != sizeof(x))
+			_exit(11);
+		raise(SIGKILL);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &ino, sizeof(ino)), sizeof(ino));
+	close(pipefd[0]);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+	assert_int_equal(inode_rows(f, ino), 1); /* its deletion was lost */
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	assert_int_equal(inode_rows(f, ino), 0);
+	assert_true(gone(f->m, ino));
+	assert_int_equal(meta_check(f->m), 0);
+}
+
 static void test_kill_suidgid_clears_the_bits_at_once(void **state)
 {
 	struct fixture *f = *state;
@@ -2613,6 +2721,9 @@ int main(void)
 		T(test_a_batch_is_one_commit_at_its_end),
 		T(test_a_lazy_mtime_is_committed_by_the_timer),
 		T(test_a_lazy_change_goes_with_the_next_eager_one),
+		T(test_an_orphans_last_forget_goes_with_the_next_commit),
+		T(test_an_orphans_times_wait_and_leave_it_clean),
+		T(test_an_orphan_lost_with_its_lazy_forget_is_gone_after),
 		T(test_fdatasync_commits_a_size_change_fsync_any),
 		T(test_sync_tickets_cover_what_was_changed_before),
 		T(test_concurrent_fsyncs_all_end_durable),
