@@ -57,14 +57,18 @@ ROUNDS = 4000
 
 
 def kill_worker(m, sig=signal.SIGKILL):
-    """Kills the worker and waits until another one serves."""
+    """Kills the worker and waits until another one serves: it has said it
+    took over (a worker killed before that, while it still opens the store,
+    would never say it)."""
     workers = m.workers()
     assert len(workers) == 1, f"workers: {workers}"
+    said = m.output().count("took over the mount")
     os.kill(workers[0], sig)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         now = m.workers()
-        if now and now != workers:
+        if now and now != workers and \
+                m.output().count("took over the mount") > said:
             return
         time.sleep(0.05)
     raise AssertionError("no new worker:\n" + m.output())
