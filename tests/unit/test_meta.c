@@ -273,6 +273,15 @@ static int64_t peek(const char *path, const char *sql)
 	return v;
 }
 
+/* peek() of one expression over inode ino's committed row. */
+static int64_t peek_inode(const char *path, uint64_t ino, const char *expr)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql), "SELECT %s FROM inodes WHERE ino = %" PRIu64,
+		 expr, ino);
+	return peek(path, sql);
+}
+
 static char *peek_text(const char *path, const char *sql)
 {
 	sqlite3 *db = NULL;
@@ -2137,10 +2146,8 @@ static void test_a_batch_is_one_commit_at_its_end(void **state)
 	assert_int_equal(count_name(f->path, "batched"), 0);
 	assert_int_equal(meta_batch_end(f->m), 0);
 	assert_int_equal(count_name(f->path, "batched"), 1);
-	char sql[128];
-	snprintf(sql, sizeof(sql),
-		 "SELECT dirty FROM inodes WHERE ino = %" PRIu64, ino);
-	assert_int_equal(peek(f->path, sql), META_DIRTY_NAME | META_DIRTY_DATA);
+	assert_int_equal(peek_inode(f->path, ino, "dirty"),
+			 META_DIRTY_NAME | META_DIRTY_DATA);
 }
 
 static struct meta *open_lazy(struct fixture *f, unsigned lazy_ms)
@@ -2157,10 +2164,7 @@ static struct meta *open_lazy(struct fixture *f, unsigned lazy_ms)
 
 static int64_t mtime_row(struct fixture *f, uint64_t ino)
 {
-	char sql[128];
-	snprintf(sql, sizeof(sql),
-		 "SELECT mtime_s FROM inodes WHERE ino = %" PRIu64, ino);
-	return peek(f->path, sql);
+	return peek_inode(f->path, ino, "mtime_s");
 }
 
 /* 1 once the committed mtime of ino is want, within 2 s. */
@@ -2249,26 +2253,17 @@ static void test_a_lazy_change_goes_with_the_next_eager_one(void **state)
 
 static int64_t mode_row(struct fixture *f, uint64_t ino)
 {
-	char sql[128];
-	snprintf(sql, sizeof(sql),
-		 "SELECT mode FROM inodes WHERE ino = %" PRIu64, ino);
-	return peek(f->path, sql);
+	return peek_inode(f->path, ino, "mode");
 }
 
 static int64_t inode_rows(struct fixture *f, uint64_t ino)
 {
-	char sql[128];
-	snprintf(sql, sizeof(sql),
-		 "SELECT count(*) FROM inodes WHERE ino = %" PRIu64, ino);
-	return peek(f->path, sql);
+	return peek_inode(f->path, ino, "count(*)");
 }
 
 static int64_t dirty_row(struct fixture *f, uint64_t ino)
 {
-	char sql[128];
-	snprintf(sql, sizeof(sql),
-		 "SELECT dirty FROM inodes WHERE ino = %" PRIu64, ino);
-	return peek(f->path, sql);
+	return peek_inode(f->path, ino, "dirty");
 }
 
 static int gone(struct meta *m, uint64_t ino)
@@ -2422,22 +2417,17 @@ static void test_fdatasync_commits_a_size_change_fsync_any(void **state)
 	struct meta_attr in = {.size = 100}, out;
 	assert_int_equal(meta_setattr(f->m, ino, META_SET_GROW, &in, &out), 0);
 	assert_int_equal(meta_sync(f->m, ino, 1), 0);
-	char sql[128];
-	snprintf(sql, sizeof(sql),
-		 "SELECT size FROM inodes WHERE ino = %" PRIu64, ino);
-	assert_int_equal(peek(f->path, sql), 100);
+	assert_int_equal(peek_inode(f->path, ino, "size"), 100);
 	/* a mode change (the inode already dirty): fdatasync leaves it
 	 * open, fsync commits it */
 	assert_int_equal(meta_set_dirty(f->m, ino, META_DIRTY_ATTR), 0);
 	assert_int_equal(meta_sync(f->m, ino, 0), 0);
 	in.mode = 0600;
 	assert_int_equal(meta_setattr(f->m, ino, META_SET_MODE, &in, &out), 0);
-	snprintf(sql, sizeof(sql),
-		 "SELECT mode FROM inodes WHERE ino = %" PRIu64, ino);
 	assert_int_equal(meta_sync(f->m, ino, 1), 0);
-	assert_int_equal(peek(f->path, sql) & 07777, 0644);
+	assert_int_equal(peek_inode(f->path, ino, "mode") & 07777, 0644);
 	assert_int_equal(meta_sync(f->m, ino, 0), 0);
-	assert_int_equal(peek(f->path, sql) & 07777, 0600);
+	assert_int_equal(peek_inode(f->path, ino, "mode") & 07777, 0600);
 	/* a removed inode: everything is committed */
 	assert_int_equal(meta_unlink(f->m, ROOT, "synced", 0, NULL), 0);
 	assert_int_equal(meta_sync(f->m, ino, 1), 0);
@@ -2463,10 +2453,7 @@ static void test_sync_tickets_cover_what_was_changed_before(void **state)
 	assert_int_equal(t, 0);
 	assert_int_equal(meta_sync_begin(f->m, b, 0, &t), 0);
 	assert_int_equal(t, 0);
-	char sql[128];
-	snprintf(sql, sizeof(sql),
-		 "SELECT size FROM inodes WHERE ino = %" PRIu64, b);
-	assert_int_equal(peek(f->path, sql), 7);
+	assert_int_equal(peek_inode(f->path, b, "size"), 7);
 	assert_int_equal(meta_sync_wait(f->m, 0), 0);
 }
 
@@ -2509,11 +2496,7 @@ static void test_concurrent_fsyncs_all_end_durable(void **state)
 		uint64_t t;
 		assert_int_equal(meta_sync_begin(f->m, arg[i].ino, 1, &t), 0);
 		assert_int_equal(t, 0);
-		char sql[128];
-		snprintf(sql, sizeof(sql),
-			 "SELECT size FROM inodes WHERE ino = %" PRIu64,
-			 arg[i].ino);
-		assert_int_equal(peek(f->path, sql), 300);
+		assert_int_equal(peek_inode(f->path, arg[i].ino, "size"), 300);
 	}
 }
 
