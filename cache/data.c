@@ -184,7 +184,9 @@ struct data_file {
 	struct timespec lru_time;	       /* log mtime, for data_open */
 
 	pthread_mutex_t lock;
-	pthread_cond_t fetched; /* broadcast when an in-flight fetch ends */
+	/* broadcast when an in-flight fetch, or a write with the lock
+	 * dropped, ends */
+	pthread_cond_t fetched;
 	/* protected by lock (or by d->lock alone while refs == 0) */
 	int fd;	   /* cache file; -1 while refs == 0 */
 	int logfd; /* O_APPEND range log; -1 while refs == 0 */
@@ -194,6 +196,7 @@ struct data_file {
 	uint64_t pbytes, dbytes;    /* bytes in present and dirty */
 	struct fetch_rec *inflight; /* owned array, ninflight used */
 	size_t ninflight, capinflight;
+	unsigned nwriting;	 /* rewrites writing the cache file unlocked */
 	struct ranges rewritten; /* written while nsnap > 0 */
 	unsigned nsnap;		 /* data_dirty() snapshots outstanding */
 	uint64_t log_bytes;	 /* length of the log file */
@@ -256,6 +259,13 @@ static void unlock_mutex(pthread_mutex_t *m)
 	int rc = pthread_mutex_unlock(m);
 	if (rc)
 		die("pthread_mutex_unlock", rc);
+}
+
+static void broadcast(pthread_cond_t *c)
+{
+	int rc = pthread_cond_broadcast(c);
+	if (rc)
+		die("pthread_cond_broadcast", rc);
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
@@ -693,7 +703,7 @@ static void file_close_fds(struct data_file *f)
 
 static void file_free(struct data_file *f)
 {
-	assert(f->ninflight == 0);
+	assert(f->ninflight == 0 && f->nwriting == 0);
 	file_close_fds(f);
 	ranges_free(&f->present);
 	ranges_free(&f->dirty);
@@ -999,9 +1009,7 @@ static int fetch_marked_locked(struct data_file *f, uint64_t s, uint64_t e)
 	lock_mutex(&f->lock);
 	inflight_del(f, s, e);
 	int rc = n < 0 ? (int)n : install_locked(f, s, e, (uint64_t)n);
-	int wrc = pthread_cond_broadcast(&f->fetched);
-	if (wrc)
-		die("pthread_cond_broadcast", wrc);
+	broadcast(&f->fetched);
 	return rc;
 }
 
@@ -1024,6 +1032,17 @@ static void wait_fetches_locked(struct data_file *f, uint64_t s, uint64_t e)
 				die("pthread_cond_wait", rc);
 		}
 		i = 0; /* the list changed */
+	}
+}
+
+/* Waits until no rewrite writes the cache file unlocked (data_write()).
+ * Called with f->lock held (dropped while waiting). */
+static void wait_writes_locked(struct data_file *f)
+{
+	while (f->nwriting) {
+		int rc = pthread_cond_wait(&f->fetched, &f->lock);
+		if (rc)
+			die("pthread_cond_wait", rc);
 	}
 }
 
@@ -1670,9 +1689,7 @@ static void prefetch_drop(struct prefetch *p)
 	struct fetch_rec *r = inflight_of_job(f, p);
 	if (r) {
 		inflight_del(f, r->start, r->end);
-		int rc = pthread_cond_broadcast(&f->fetched);
-		if (rc)
-			die("pthread_cond_broadcast", rc);
+		broadcast(&f->fetched);
 	}
 	unlock_mutex(&f->lock);
 	free(p);
@@ -1948,21 +1965,40 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	if (rc)
 		return rc;
 	lock_mutex(&f->lock);
-	/* a fetch writes its range of the cache file unlocked */
-	wait_fetches_locked(f, off, end);
-	/* A gap the write leaves past the end is zeros, present and dirty
-	 * (the object may hold other bytes there: the file was cut since).
-	 * A ".new" file's size on disk is its own; another one is cut at its
-	 * size first, as a truncate that grows it is. */
-	uint64_t from = min_u64(off, f->size);
-	if (off > f->size && !f->nolog && ftruncate(f->fd, (off_t)f->size))
-		rc = -errno;
-	if (!rc)
-		rc = pwrite_full(f->fd, buf, len, off);
 	/* the log already says so of bytes that are dirty (so present)
 	 * within the size: a rewrite of them needs no line */
-	int logged = f->nolog || (end <= f->size && !f->log_broken &&
-				  ranges_contains(&f->dirty, off, end));
+	int logged = end <= f->size && !f->log_broken &&
+		     ranges_contains(&f->dirty, off, end);
+	uint64_t from = min_u64(off, f->size);
+	if (logged) {
+		/* A rewrite (a database's pages, fio) writes with the lock
+		 * dropped, so that writes to one file do not queue: no fetch
+		 * is in flight on present bytes, and a truncate waits for it
+		 * (wait_writes_locked()). An upload may clean the range
+		 * meanwhile: it is then logged again below. */
+		f->nwriting++;
+		unlock_mutex(&f->lock);
+		rc = pwrite_full(f->fd, buf, len, off);
+		lock_mutex(&f->lock);
+		if (--f->nwriting == 0)
+			broadcast(&f->fetched);
+		logged = !f->log_broken && ranges_contains(&f->dirty, off, end);
+	} else {
+		/* a fetch writes its range of the cache file unlocked */
+		wait_fetches_locked(f, off, end);
+		/* A gap the write leaves past the end is zeros, present and
+		 * dirty (the object may hold other bytes there: the file was
+		 * cut since). A ".new" file's size on disk is its own;
+		 * another one is cut at its size first, as a truncate that
+		 * grows it is. */
+		from = min_u64(off, f->size);
+		if (off > f->size && !f->nolog &&
+		    ftruncate(f->fd, (off_t)f->size))
+			rc = -errno;
+		if (!rc)
+			rc = pwrite_full(f->fd, buf, len, off);
+	}
+	logged = logged || f->nolog;
 	if (!rc && !logged)
 		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n", from, end);
 	if (!rc && !logged)
@@ -1991,6 +2027,7 @@ int data_truncate(struct data_file *f, uint64_t size)
 	if (size > (uint64_t)INT64_MAX)
 		return -EFBIG;
 	lock_mutex(&f->lock);
+	wait_writes_locked(f);
 	uint64_t old = f->size;
 	if (size < old) {
 		/* a fetch past the cut would write there after it */

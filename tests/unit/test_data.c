@@ -834,6 +834,112 @@ static void test_a_truncate_into_a_fetch_waits_for_it(void **state)
 	data_put(f);
 }
 
+/* ---- rewrites, which write the cache file with the lock dropped ---- */
+
+#define REWRITE_LEN (32u << 20) /* a pwrite of some milliseconds */
+
+struct rewriter {
+	struct data_file *f;
+	const unsigned char *buf;
+	int started, done; /* atomics */
+	ssize_t n;
+};
+
+static void *rewriter_main(void *arg)
+{
+	struct rewriter *r = arg;
+	__atomic_store_n(&r->started, 1, __ATOMIC_SEQ_CST);
+	r->n = data_write(r->f, r->buf, REWRITE_LEN, 0);
+	__atomic_store_n(&r->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* A file whose [0, REWRITE_LEN) is dirty 'A', and a thread rewriting it
+ * with 'X', started (most likely inside its pwrite when this returns). */
+static struct data_file *start_rewrite(struct env *e, uint64_t ino,
+				       struct rewriter *r, pthread_t *th)
+{
+	struct data_file *f;
+	unsigned char *a = malloc(REWRITE_LEN);
+	assert_non_null(a);
+	memset(a, 'A', REWRITE_LEN);
+	assert_int_equal(data_get(e->d, ino, 0, &f), 0);
+	assert_int_equal(data_write(f, a, REWRITE_LEN, 0), REWRITE_LEN);
+	free(a);
+	unsigned char *x = malloc(REWRITE_LEN);
+	assert_non_null(x);
+	memset(x, 'X', REWRITE_LEN);
+	*r = (struct rewriter){.f = f, .buf = x};
+	assert_int_equal(pthread_create(th, NULL, rewriter_main, r), 0);
+	while (!__atomic_load_n(&r->started, __ATOMIC_SEQ_CST))
+		usleep(100);
+	usleep(1000);
+	return f;
+}
+
+static void end_rewrite(struct rewriter *r, pthread_t th)
+{
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(r->n, REWRITE_LEN);
+	free((void *)r->buf);
+}
+
+/* A truncate waits for a rewrite in flight: else the rest of the pwrite
+ * lands past the cut, and the write's end brings the old size back over
+ * zeros. Either order is fine; a mix is not. */
+static void test_a_truncate_waits_for_a_rewrite_in_flight(void **state)
+{
+	struct env *e = *state;
+	unsigned char *got = malloc(REWRITE_LEN);
+	assert_non_null(got);
+	for (uint64_t ino = 1; ino <= 3; ino++) {
+		struct rewriter r;
+		pthread_t th;
+		struct data_file *f = start_rewrite(e, ino, &r, &th);
+		assert_int_equal(data_truncate(f, 0), 0);
+		end_rewrite(&r, th);
+		uint64_t size = data_size(f);
+		if (size != 0) { /* the truncate came first */
+			assert_int_equal(size, REWRITE_LEN);
+			assert_int_equal(data_read(f, got, REWRITE_LEN, 0),
+					 REWRITE_LEN);
+			for (size_t i = 0; i < REWRITE_LEN; i += 4096)
+				assert_int_equal(got[i], 'X');
+		}
+		data_put(f);
+	}
+	free(got);
+}
+
+/* An upload that snapshots and cleans the range while a rewrite of it
+ * writes may have read old bytes: the rewrite leaves it dirty. */
+static void test_a_rewrite_an_upload_cleaned_meanwhile_stays_dirty(void **state)
+{
+	struct env *e = *state;
+	int raced = 0;
+	for (uint64_t ino = 1; ino <= 5; ino++) {
+		struct rewriter r;
+		pthread_t th;
+		struct ranges snap = RANGES_INIT;
+		struct data_file *f = start_rewrite(e, ino, &r, &th);
+		int before = !__atomic_load_n(&r.done, __ATOMIC_SEQ_CST);
+		assert_int_equal(data_dirty(f, &snap), 0);
+		assert_int_equal(data_mark_clean(f, &snap), 0);
+		ranges_free(&snap);
+		end_rewrite(&r, th);
+		data_put(f);
+		if (before) { /* the upload began before the rewrite ended */
+			raced++;
+			reopen(e); /* and the log says so */
+			assert_int_equal(data_get(e->d, ino, REWRITE_LEN, &f),
+					 0);
+			expect_dirty(f, "0-33554432");
+			data_put(f);
+		}
+	}
+	assert_true(raced > 0);
+}
+
 static void
 test_mark_clean_keeps_ranges_written_after_snapshot_dirty(void **state)
 {
@@ -1636,6 +1742,8 @@ int main(void)
 		T(test_queued_prefetches_are_taken_over_not_waited_for),
 		T(test_a_write_waits_for_the_fetch_it_lands_on),
 		T(test_a_truncate_into_a_fetch_waits_for_it),
+		T(test_a_truncate_waits_for_a_rewrite_in_flight),
+		T(test_a_rewrite_an_upload_cleaned_meanwhile_stays_dirty),
 		T(test_mark_clean_keeps_ranges_written_after_snapshot_dirty),
 		T(test_close_and_reopen_restore_sets_data_and_usage),
 		T(test_clean_file_adopts_callers_size_on_get),
