@@ -1969,7 +1969,7 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	 * within the size: a rewrite of them needs no line */
 	int logged = end <= f->size && !f->log_broken &&
 		     ranges_contains(&f->dirty, off, end);
-	uint64_t from = min_u64(off, f->size);
+	uint64_t from = off; /* where the bytes it marks start */
 	if (logged) {
 		/* A rewrite (a database's pages, fio) writes with the lock
 		 * dropped, so that writes to one file do not queue: no fetch
