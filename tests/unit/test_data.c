@@ -428,21 +428,30 @@ static void *closer_main(void *d)
 	return NULL;
 }
 
+/* With one prefetch thread: two sequential reads of object 1 start a
+ * prefetch of [20, 52) KiB whose fetch blocks; returns once it has. */
+static struct data_file *start_stuck_prefetch(struct env *e)
+{
+	struct data_file *f;
+	unsigned char buf[4096];
+	with_prefetch_threads(e, 1);
+	e->fk.block_from = 20 * 1024;
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 4096), 4096);
+	assert_int_equal(sem_wait(&e->fk.started), 0);
+	return f;
+}
+
 /* data_close() with one piece being fetched and one queued: it waits for
  * the first, drops the second, and leaves the cache whole. */
 static void
 test_close_with_prefetches_pending_leaves_the_cache_whole(void **state)
 {
 	struct env *e = *state;
-	struct data_file *f;
 	unsigned char buf[4096];
 	const uint64_t K = 1024;
-	with_prefetch_threads(e, 1);
-	e->fk.block_from = 20 * K;
-	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
-	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
-	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
-	assert_int_equal(sem_wait(&e->fk.started), 0); /* [20, 52) KiB */
+	struct data_file *f = start_stuck_prefetch(e);
 	for (uint64_t off = 8 * K; off < 20 * K; off += 4 * K) /* and */
 		assert_int_equal(data_read(f, buf, 4096, off), 4096);
 	/* [52, 84) KiB is queued behind it now */
@@ -737,18 +746,12 @@ static int joins_soon(pthread_t th)
 static void test_queued_prefetches_are_taken_over_not_waited_for(void **state)
 {
 	struct env *e = *state;
-	struct data_file *f;
 	struct reader rd;
 	struct writer wr = {.off = 330 * 1024, .len = 100};
 	unsigned char buf[4096];
 	pthread_t th;
 	const uint64_t K = 1024;
-	with_prefetch_threads(e, 1);
-	e->fk.block_from = 20 * K;
-	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
-	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
-	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
-	assert_int_equal(sem_wait(&e->fk.started), 0); /* [20, 52) KiB */
+	struct data_file *f = start_stuck_prefetch(e);
 	pthread_mutex_lock(&e->fk.lock);
 	e->fk.block_from = UINT64_MAX; /* (the stuck fetch stays stuck) */
 	pthread_mutex_unlock(&e->fk.lock);
