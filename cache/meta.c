@@ -516,6 +516,12 @@ static int is_dir(const struct inode *in)
 	return S_ISDIR(in->a.mode);
 }
 
+/* Unlinked (the root has no name, but is no orphan): never uploaded. */
+static int is_orphan(const struct inode *in)
+{
+	return in->a.nlink == 0 && in->a.ino != META_ROOT_INO;
+}
+
 static void xattrs_free(struct xattr *x)
 {
 	while (x) {
@@ -2918,7 +2924,7 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 	 * uploaded: its attributes are its own until it is forgotten, and a
 	 * change of its times may wait for the next commit (the kernel's
 	 * flush of the times of a file being unlinked, say) */
-	int orphan = a->nlink == 0 && in->a.ino != META_ROOT_INO;
+	int orphan = is_orphan(in);
 	if (orphan && !(mask & (META_SET_MODE | META_SET_UID | META_SET_GID)))
 		lazy = 1;
 	if (!orphan && (mask & ~(unsigned)(META_SET_ATIME | META_SET_SIZE)))
@@ -3166,7 +3172,7 @@ int meta_set_dirty(struct meta *m, uint64_t ino, uint32_t flags)
 	struct op op;
 	int rc = in ? 0 : -ENOENT;
 	/* an unlinked inode is never uploaded: no flag to write */
-	if (!rc && in->a.nlink == 0 && ino != META_ROOT_INO) {
+	if (!rc && is_orphan(in)) {
 		unlock(m);
 		return 0;
 	}
