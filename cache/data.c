@@ -1680,14 +1680,20 @@ void data_put(struct data_file *f)
 
 /* ---- prefetch ---- */
 
-/* Ends a queued fetch that will not run: its record (if still its own)
- * and its reference. */
-static void prefetch_drop(struct prefetch *p)
+/* Ends a queued job: fetches its range (run) or drops its record, unless
+ * a reader or a write took the range; then frees it and drops its
+ * reference. */
+static void prefetch_end(struct prefetch *p, int run)
 {
 	struct data_file *f = p->f;
 	lock_mutex(&f->lock);
 	struct fetch_rec *r = inflight_of_job(f, p);
-	if (r) {
+	if (r && run) {
+		r->job = NULL; /* started */
+		/* a failure leaves the bytes absent: the read that needs
+		 * them fetches them and reports it */
+		(void)fetch_marked_locked(f, r->start, r->end);
+	} else if (r) {
 		inflight_del(f, r->start, r->end);
 		broadcast(&f->fetched);
 	}
@@ -1715,25 +1721,8 @@ static void prefetch_queue(struct data_file *f, struct prefetch **v, unsigned n)
 		}
 		unlock_mutex(&d->pf_lock);
 		if (stop)
-			prefetch_drop(v[i]);
+			prefetch_end(v[i], 0);
 	}
-}
-
-/* Fetches a queued job's range, unless a reader or a write took it. */
-static void prefetch_run(struct prefetch *p)
-{
-	struct data_file *f = p->f;
-	lock_mutex(&f->lock);
-	struct fetch_rec *r = inflight_of_job(f, p);
-	if (r) {
-		r->job = NULL; /* started */
-		/* a failure leaves the bytes absent: the read that needs
-		 * them fetches them and reports it */
-		(void)fetch_marked_locked(f, r->start, r->end);
-	}
-	unlock_mutex(&f->lock);
-	free(p);
-	data_put(f);
 }
 
 static void *prefetch_main(void *arg)
@@ -1755,10 +1744,7 @@ static void *prefetch_main(void *arg)
 			d->pf_tail = &d->pf_head;
 		int stop = d->pf_stop;
 		unlock_mutex(&d->pf_lock);
-		if (stop)
-			prefetch_drop(p);
-		else
-			prefetch_run(p);
+		prefetch_end(p, !stop);
 		lock_mutex(&d->pf_lock);
 	}
 	unlock_mutex(&d->pf_lock);
