@@ -7,6 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,6 +84,41 @@ def test_a_big_file_that_grew_and_shrank_keeps_its_bytes(volume, s3, tmp_path):
         assert len(got) == len(want)
         assert hashlib.md5(got).hexdigest() == hashlib.md5(want).hexdigest()
         assert "sent 2 of 3 parts, copied 1 in S3" in m.output()
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_files_of_many_parts_sent_at_once_arrive_whole(volume, s3, tmp_path):
+    """Two files of six and five 16 MiB parts, each part different, sent
+    at once: more parts than the 64 MiB of body copies the client holds,
+    so copies are reused from part to part and from file to file."""
+    url, prefix = volume
+    parts = {"a": [os.urandom(16 * MIB) for _ in range(6)],
+             "b": [os.urandom(16 * MIB) for _ in range(4)] + [os.urandom(MIB)]}
+    args = list(MOUNT_ARGS)
+    args[args.index("--capacity") + 1] = "256M"
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *args)
+    try:
+        fds = {}
+        for name, chunks in parts.items():
+            fds[name] = os.open(Path(m.mountpoint) / name,
+                                os.O_WRONLY | os.O_CREAT, 0o644)
+            for c in chunks:
+                os.write(fds[name], c)
+        # both uploads in flight together
+        syncs = [threading.Thread(target=os.fsync, args=(fd,))
+                 for fd in fds.values()]
+        for t in syncs:
+            t.start()
+        for t in syncs:
+            t.join()
+        for fd in fds.values():
+            os.close(fd)
+        for name, chunks in parts.items():
+            got = body(s3, f"{prefix}/{name}")
+            assert len(got) == sum(map(len, chunks))
+            assert hashlib.md5(got).hexdigest() == \
+                hashlib.md5(b"".join(chunks)).hexdigest(), name
     finally:
         assert m.unmount() == 0, m.output()
 
