@@ -1266,9 +1266,10 @@ static void space_give(struct fs *fs, uint64_t held)
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	struct fs *fs = userdata;
 	if (conn->capable & FUSE_CAP_WRITEBACK_CACHE)
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	fs->kernel_times = (conn->want & FUSE_CAP_WRITEBACK_CACHE) != 0;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
@@ -2057,7 +2058,10 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		     (cur.mode & (S_ISUID | S_ISGID));
 	if (killed)
 		mask |= META_SET_KILL_SUIDGID;
-	meta_setattr(fs->meta, ino, mask, &in, &out);
+	/* a write within the size changes no row when the kernel keeps the
+	 * times: its SETATTR brings the mtime */
+	if (in.size != old || killed || !fs->kernel_times)
+		meta_setattr(fs->meta, ino, mask, &in, &out);
 	space_give(fs, held);
 	mark_dirty(fs, ino, META_DIRTY_DATA);
 	meta_batch_end(fs->meta);

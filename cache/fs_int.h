@@ -67,6 +67,10 @@ struct fs {
 	struct meta *meta;	 /* borrowed */
 	struct data *data;	 /* owned; closed by fs_destroy() */
 	struct fuse_session *se; /* set once mounted; kernel notifications */
+	/* the kernel keeps files' times (writeback cache) and sends them with
+	 * SETATTR on close, fsync and inode writeback; set by INIT, before
+	 * any other request */
+	int kernel_times;
 
 	pthread_mutex_t lock; /* guards the dirty set, stop and bg state */
 	pthread_cond_t wake;  /* the flusher's */

@@ -143,6 +143,35 @@ def test_a_file_open_across_a_restart_keeps_working(volume, s3, tmp_path):
     assert body(s3, f"{prefix}/open") == b"before\nafter\n"
 
 
+def test_a_rewrites_mtime_outlives_its_worker_and_the_mount(volume, tmp_path):
+    """A rewrite inside a file changes its mtime, which the kernel keeps
+    (writeback cache) and sends when the file is closed: a worker killed
+    in between loses no part of it, and the time is the same after a
+    remount and on a new node."""
+    url, _ = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    p = Path(m.mountpoint) / "f"
+    try:
+        p.write_bytes(os.urandom(8192))
+        before = p.stat().st_mtime_ns
+        time.sleep(0.02)
+        fd = os.open(p, os.O_RDWR)
+        os.pwrite(fd, b"x" * 4096, 0)
+        kill_worker(m)
+        os.close(fd)
+        after = p.stat().st_mtime_ns
+        assert after > before
+    finally:
+        assert m.unmount() == 0, m.output()
+    for cache in ("c", "c2"):  # the same cache dir, then a new node's
+        m = Mount(url, str(tmp_path / "m"), str(tmp_path / cache), *MOUNT_ARGS)
+        try:
+            assert p.stat().st_mtime_ns == after, cache
+            assert p.read_bytes()[:4096] == b"x" * 4096
+        finally:
+            assert m.unmount() == 0, m.output()
+
+
 def test_a_worker_killed_again_and_again_is_always_replaced(volume, s3,
                                                            tmp_path):
     """SIGKILL comes from outside (the OOM killer, an admin): however many
