@@ -1278,6 +1278,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 				  FUSE_CAP_SPLICE_MOVE);
 	conn->max_write = FS_MAX_WRITE;
 	conn->max_readahead = FS_MAX_WRITE;
+	/* asynchronous requests (libaio's direct I/O, read-ahead) the kernel
+	 * keeps in flight: its default of 12 is below one fio job's queue */
+	conn->max_background = FS_MAX_BACKGROUND;
+	conn->congestion_threshold = FS_MAX_BACKGROUND * 3 / 4;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)

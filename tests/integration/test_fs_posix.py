@@ -43,6 +43,20 @@ def test_write_read_append_truncate(mount):
     assert p.stat().st_size == 8
 
 
+def test_the_kernel_keeps_a_queues_worth_of_async_requests_in_flight(mount):
+    """The connection's limit on background requests (libaio's direct
+    I/O, read-ahead) is what INIT asked for, not the kernel's 12."""
+    ctl = "/sys/fs/fuse/connections"
+    if os.path.isdir(ctl) and not os.listdir(ctl):
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", ctl],
+                       capture_output=True)
+    conn = Path(ctl) / str(os.minor(os.stat(mount.mountpoint).st_dev))
+    if not conn.is_dir():
+        pytest.skip(f"no {conn}: fusectl is not mounted")
+    assert int((conn / "max_background").read_text()) == 64
+    assert int((conn / "congestion_threshold").read_text()) == 48
+
+
 def test_random_writes_and_sparse_file(mount):
     p = Path(mount.mountpoint) / "sparse"
     with open(p, "wb") as f:
