@@ -207,6 +207,7 @@ struct data_file {
 	struct ra_stream *ra; /* nra of them; NULL until read while open */
 	unsigned nra;
 	uint64_t ra_tick;
+	unsigned ra_fresh; /* opens with read access that have not read */
 };
 
 struct data {
@@ -1672,6 +1673,7 @@ void data_put(struct data_file *f)
 	free(f->ra); /* the readers are gone */
 	f->ra = NULL;
 	f->nra = 0;
+	f->ra_fresh = 0;
 	check_file(f);
 	unlock_mutex(&f->lock);
 	lru_append(d, f);
@@ -1835,6 +1837,21 @@ static ssize_t read_through(struct data_file *f, void *buf, size_t len,
 	return rc ? rc : (ssize_t)len;
 }
 
+void data_open_read(struct data_file *f)
+{
+	lock_mutex(&f->lock);
+	f->ra_fresh++;
+	unlock_mutex(&f->lock);
+}
+
+void data_opens_left(struct data_file *f, unsigned n)
+{
+	lock_mutex(&f->lock);
+	if (f->ra_fresh > n)
+		f->ra_fresh = n;
+	unlock_mutex(&f->lock);
+}
+
 ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 {
 	struct data *d = f->d;
@@ -1851,10 +1868,15 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	if (!st)
 		st = &none; /* no memory for a stream: no read-ahead */
 	uint64_t ra = 0;
-	if (st->used && st->next == off)
+	if (st->used && st->next == off) {
 		ra = st->window ? st->window : d->cfg.readahead_min;
-	else
+	} else {
 		st->window = 0;
+		if (f->ra_fresh) { /* an open's first read */
+			f->ra_fresh--;
+			ra = d->cfg.readahead_min;
+		}
+	}
 	st->next = end;
 	uint64_t tick = st->used = ++f->ra_tick;
 	/* fill_locked() may drop the lock: other readers can grow (move)

@@ -89,11 +89,22 @@ int data_get(struct data *d, uint64_t ino, uint64_t size,
 int data_create(struct data *d, uint64_t ino, struct data_file **out);
 void data_put(struct data_file *f);
 
+/* Tells f that an open with read access began: the first read of f that
+ * is not sequential to another is then taken as the start of a sequential
+ * one, and its fetch widened to the first read-ahead window. Readers of
+ * disjoint parts of a file (data loaders, fio with offset_increment) each
+ * open it and read on from where they start; a random reader pays for
+ * this once per open. */
+void data_open_read(struct data_file *f);
+/* n opens of f are left (data_open_read() credits above n are dropped). */
+void data_opens_left(struct data_file *f, unsigned n);
+
 /* Reads [off, off+len), first fetching the missing ranges (one fetch per
- * gap, widened by the read-ahead window on sequential access; no
- * read-ahead on random access). A sequential read also has the
- * prefetch threads fetch what follows, so the reader finds it present or
- * in flight. Returns bytes read (short at EOF). */
+ * gap, widened by the read-ahead window on sequential access and on an
+ * open's first read (data_open_read()); no read-ahead on random access).
+ * A sequential read also has the prefetch threads fetch what follows, so
+ * the reader finds it present or in flight. Returns bytes read (short at
+ * EOF). */
 ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off);
 /* Writes and marks [off, off+len) present and dirty; extends the size. */
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,

@@ -1891,8 +1891,10 @@ static struct handle **handle_slot(struct fs *fs, uint64_t ino)
  * and gives the operation its own data reference (out, optional).
  * created: ino is a file just made (op_create), with no object behind it,
  * so its cache file starts as one that needs no range log. */
-static int file_ref_as(struct fs *fs, uint64_t ino, int open, int created,
-		       struct data_file **out)
+/* A reference to ino's cache file (out: one more for the caller). open:
+ * an open of the file, reads: one with read access. */
+static int file_ref_as(struct fs *fs, uint64_t ino, int open, int reads,
+		       int created, struct data_file **out)
 {
 	struct meta_attr a = {0};
 	int rc = created ? 0 : meta_getattr(fs->meta, ino, &a);
@@ -1915,6 +1917,8 @@ static int file_ref_as(struct fs *fs, uint64_t ino, int open, int created,
 	}
 	if (open || h->opens == 0)
 		h->opens++;
+	if (open && reads)
+		data_open_read(h->df);
 	if (out)
 		rc = data_get(fs->data, ino, a.size, out);
 	pthread_mutex_unlock(&fs->lock);
@@ -1924,17 +1928,20 @@ static int file_ref_as(struct fs *fs, uint64_t ino, int open, int created,
 static int file_ref(struct fs *fs, uint64_t ino, int open,
 		    struct data_file **out)
 {
-	return file_ref_as(fs, ino, open, 0, out);
+	return file_ref_as(fs, ino, open, 0, 0, out);
 }
 
 static void file_release(struct fs *fs, uint64_t ino)
 {
 	pthread_mutex_lock(&fs->lock);
 	struct handle **p = handle_slot(fs, ino), *h = *p;
-	if (h && --h->opens == 0)
-		*p = h->next;
-	else
-		h = NULL;
+	if (h) {
+		data_opens_left(h->df, --h->opens);
+		if (h->opens == 0)
+			*p = h->next;
+		else
+			h = NULL;
+	}
 	pthread_mutex_unlock(&fs->lock);
 	if (h) {
 		data_put(h->df);
@@ -1957,7 +1964,8 @@ static void close_all_handles(struct fs *fs)
 static int open_handle(struct fs *fs, uint64_t ino, int created,
 		       struct fuse_file_info *fi)
 {
-	int rc = file_ref_as(fs, ino, 1, created, NULL);
+	int rc = file_ref_as(fs, ino, 1, (fi->flags & O_ACCMODE) != O_WRONLY,
+			     created, NULL);
 	fi->fh = ino;
 	fi->keep_cache = 1; /* one writer: the page cache stays valid */
 	return rc;

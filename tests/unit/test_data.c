@@ -298,6 +298,44 @@ static void test_interleaved_sequential_readers_each_get_readahead(void **state)
 	data_put(f);
 }
 
+/* Each open with read access widens its first read to readahead_min: a
+ * reader starting in the middle of a file gets a window at once, not
+ * after a second round trip; later random reads, and opens for writing
+ * only, fetch exactly. */
+static void test_an_opens_first_read_fetches_a_window(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	assert_int_equal(data_get(e->d, 1, 1024 * K, &f), 0);
+	data_open_read(f);
+	data_open_read(f);
+	/* two opens, each reading from its own place */
+	assert_int_equal(data_read(f, buf, 4096, 256 * K), 4096);
+	expect_obj(buf, 256 * K, 4096);
+	expect_call(e, 0, 256 * K, RA_MIN);
+	assert_int_equal(data_read(f, buf, 4096, 512 * K), 4096);
+	expect_call(e, 1, 512 * K, RA_MIN);
+	/* the next read of the first is present: no fetch */
+	assert_int_equal(data_read(f, buf, 4096, 260 * K), 4096);
+	expect_obj(buf, 260 * K, 4096);
+	assert_int_equal(e->fk.calls, 2);
+	/* both opens have read: random reads are exact again */
+	assert_int_equal(data_read(f, buf, 4096, 800 * K), 4096);
+	expect_call(e, 2, 800 * K, 4 * K);
+	/* one open goes: its unused credit with it */
+	data_open_read(f);
+	data_open_read(f);
+	data_opens_left(f, 1);
+	assert_int_equal(data_read(f, buf, 4096, 900 * K), 4096);
+	expect_call(e, 3, 900 * K, RA_MIN);
+	assert_int_equal(data_read(f, buf, 4096, 1000 * K), 4096);
+	expect_call(e, 4, 1000 * K, 4 * K);
+	assert_int_equal(e->fk.calls, 5);
+	data_put(f);
+}
+
 /* A data loader's 64 workers, or fio's 64 jobs with offset_increment:
  * each reader keeps its stream while the others read (the table grows),
  * so each gets read-ahead from its second read on. */
@@ -1731,6 +1769,7 @@ int main(void)
 		T(test_read_of_absent_range_fetches_exactly_it_once),
 		T(test_sequential_reads_double_readahead_and_random_resets),
 		T(test_interleaved_sequential_readers_each_get_readahead),
+		T(test_an_opens_first_read_fetches_a_window),
 		T(test_many_interleaved_readers_each_keep_their_stream),
 		T(test_reads_past_object_end_return_zeros_up_to_size),
 		T(test_truncate_grow_reads_zeros_without_fetching),
