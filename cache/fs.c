@@ -1034,7 +1034,8 @@ static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 		fs_log("read of '%s' at %llu failed: %s: %s", key,
 		       (unsigned long long)off, e.code, e.message);
 	free(key);
-	return n == -ESTALE ? -EIO : n;
+	/* a changed object, or a response that is not the range: EIO */
+	return n == -ESTALE || n == -EPROTO ? -EIO : n;
 }
 
 /* --- lifecycle --------------------------------------------------------------

@@ -516,7 +516,11 @@ struct req {
 	char *sink_buf; /* or this buffer */
 	size_t sink_cap;
 	uint64_t sink_pos;
-	int sink_err; /* -errno from the sink */
+	int sink_err;	      /* -errno from the sink */
+	const char *sink_why; /* what was wrong with the body, when not ours */
+	/* a ranged GET's: a 200 to it is the whole object, from byte 0 */
+	int ranged;
+	uint64_t range_off, range_len;
 
 	/* what came back, reset each attempt */
 	long status;
@@ -697,6 +701,19 @@ static size_t on_body_write(char *data, size_t size, size_t nmemb, void *ctx)
 			return 0;
 		}
 		return buf_append(&r->resp, data, len) ? 0 : len;
+	}
+	if (r->ranged && r->status == 200 && r->range_off > 0) {
+		/* a server that ignored Range: these bytes belong at 0 */
+		r->sink_err = -EPROTO;
+		r->sink_why = "a ranged GET was answered with the whole object";
+		return 0;
+	}
+	if (r->ranged && r->range_len != S3_TO_END &&
+	    r->sink_pos + len > r->range_len) {
+		r->sink_err = -EPROTO;
+		r->sink_why = "a ranged GET was answered with more bytes than "
+			      "asked for";
+		return 0;
 	}
 	if (r->sink_buf) {
 		if (r->sink_pos + len > r->sink_cap) {
@@ -1246,6 +1263,7 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 		r->body_pos = 0;
 		r->sink_pos = 0;
 		r->sink_err = 0;
+		r->sink_why = NULL;
 		r->status = 0;
 		rhdrs_clear(r);
 		buf_reset(&r->resp);
@@ -1265,9 +1283,10 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 			/* our side failed (disk full, buffer too small) */
 			rc = r->sink_err;
 			err.http_status = (int)r->status;
-			snprintf(err.code, sizeof(err.code), "LocalError");
+			snprintf(err.code, sizeof(err.code), "%s",
+				 r->sink_why ? "BadResponse" : "LocalError");
 			snprintf(err.message, sizeof(err.message), "%s",
-				 strerror(-rc));
+				 r->sink_why ? r->sink_why : strerror(-rc));
 			goto done;
 		}
 		if (t == RETRY_T_NONE && r->status >= 200 && r->status < 300 &&
@@ -1422,6 +1441,9 @@ static void set_range(struct req *r, uint64_t off, uint64_t len, char *range,
 		snprintf(range, cap, "bytes=%llu-%llu", (unsigned long long)off,
 			 (unsigned long long)(off + len - 1));
 	req_header(r, "range", range);
+	r->ranged = 1;
+	r->range_off = off;
+	r->range_len = len;
 }
 
 static ssize_t get_common(s3_client *c, struct req *r, uint64_t off,

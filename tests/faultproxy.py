@@ -55,6 +55,10 @@ Actions:
                  answering: the request WAS applied (the ambiguous case)
     truncate     forward, answer with the status, the headers and half the
                  body, then RST
+    whole        forward a ranged GET, but answer 200 with the whole
+                 object, as a server that ignores Range does (its bytes
+                 are those of the last 200 GET of the same path that went
+                 through the proxy)
     delay:<ms>   sleep, then forward normally
 
 Each request is logged (method, target, selected headers, whether a session
@@ -88,7 +92,8 @@ ERRORS = {
     "403": (403, "Forbidden", "AccessDenied", "Access Denied"),
     "404": (404, "Not Found", "NoSuchKey", "The specified key does not exist."),
 }
-ACTIONS = set(ERRORS) | {"reset_before", "reset_after", "truncate", "delay", "forward"}
+ACTIONS = set(ERRORS) | {"reset_before", "reset_after", "truncate", "delay", "forward",
+                         "whole"}
 
 # Request headers copied into each log entry (lower-case names).
 LOGGED_HEADERS = (
@@ -376,6 +381,17 @@ class _Handler(socketserver.BaseRequestHandler):
             self._send_error(method, target, 502, "Bad Gateway", "BadGateway",
                              f"faultproxy: upstream failed: {e}", entry, keep_alive)
             return
+        path = target.split("?", 1)[0]
+        if method == "GET" and status == 200:
+            with self.proxy._lock:
+                self.proxy.whole[path] = rbody
+        if action == "whole" and method == "GET" and status == 206:
+            with self.proxy._lock:
+                full = self.proxy.whole.get(path)
+            if full is not None:
+                status, reason, rbody = 200, "OK", full
+                rheaders = [(n, v) for n, v in rheaders
+                            if n.lower() != "content-range"]
         entry["status"] = status
         if action == "reset_after":
             self._reset()
@@ -497,6 +513,7 @@ class FaultProxy:
         self.on_request = on_request
         self.rules = list(rules or [])
         self.log = []
+        self.whole = {}  # path -> body of its last 200 GET (action "whole")
         self.tls_log = []
         self.on_tls = on_tls
         self.tls_handshake_timeout = tls_handshake_timeout

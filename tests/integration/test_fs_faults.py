@@ -321,3 +321,58 @@ def test_a_full_cache_disk_uploads_files_whose_bytes_it_cannot_fetch(
             log = m.output()
             assert rc == 0, log
     assert "put together in memory" in log
+
+
+def test_a_server_that_ignores_range_cannot_overwrite_cached_writes(
+        volume, s3, tmp_path):
+    """A ranged GET answered 200 with the whole object (a server or a proxy
+    that ignores Range) is refused: written at the range's offset, it would
+    run over what the cache holds past the range, here a write not yet
+    uploaded. The read fails with EIO; the write reaches S3 intact."""
+    import boto3
+    from faultproxy import FaultProxy
+    url, prefix = volume
+    mib = 1 << 20
+    data = bytearray(os.urandom(3 * mib))
+    a = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"))
+    try:
+        (Path(a.mountpoint) / "f").write_bytes(data)
+    finally:
+        assert a.unmount() == 0, a.output()
+
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    proxy.start()
+    try:
+        # the proxy learns the whole object's bytes
+        via = boto3.client("s3", endpoint_url=proxy.url)
+        bucket = url.split("/")[2]
+        via.get_object(Bucket=bucket, Key=f"{prefix}/f")["Body"].read()
+        m = Mount(url, str(tmp_path / "m"), str(tmp_path / "cm"),
+                  "--durability", "local", "--upload-delay", "600s",
+                  env={"AWS_ENDPOINT_URL": proxy.url})
+        try:
+            p = Path(m.mountpoint) / "f"
+            edit = os.urandom(4096)
+            fd = os.open(p, os.O_WRONLY)
+            os.pwrite(fd, edit, 2 * mib)
+            os.fsync(fd)  # in the cache file, dirty
+            os.close(fd)
+            data[2 * mib:2 * mib + 4096] = edit
+            proxy.add_rule("whole", method="GET", path=f"/{prefix}/f", count=100)
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECT)
+            buf = mmap.mmap(-1, 4096)
+            try:
+                with pytest.raises(OSError) as e:
+                    os.preadv(fd, [buf], 1 * mib)
+                assert e.value.errno == errno.EIO
+            finally:
+                os.close(fd)
+                proxy.clear_rules()
+        finally:
+            assert m.unmount() == 0, m.output()
+        assert any(e["action"] == "whole" for e in list(proxy.log))
+    finally:
+        proxy.stop()
+    got = body(s3, f"{prefix}/f")
+    assert got[2 * mib:2 * mib + 4096] == edit
+    assert got == bytes(data)

@@ -300,8 +300,7 @@ static void test_interleaved_sequential_readers_each_get_readahead(void **state)
 
 /* Each open with read access widens its first read to readahead_min: a
  * reader starting in the middle of a file gets a window at once, not
- * after a second round trip; later random reads, and opens for writing
- * only, fetch exactly. */
+ * after a second round trip; later random reads fetch exactly. */
 static void test_an_opens_first_read_fetches_a_window(void **state)
 {
 	struct env *e = *state;
