@@ -1890,10 +1890,9 @@ static struct handle **handle_slot(struct fs *fs, uint64_t ino)
 
 /* Counts an open of ino (open) or makes sure it is known (an operation),
  * and gives the operation its own data reference (out, optional).
- * created: ino is a file just made (op_create), with no object behind it,
- * so its cache file starts as one that needs no range log. */
-/* A reference to ino's cache file (out: one more for the caller). open:
- * an open of the file, reads: one with read access. */
+ * reads: the open has read access (data_open_read()). created: ino is a
+ * file just made (op_create), with no object behind it, so its cache file
+ * starts as one that needs no range log. */
 static int file_ref_as(struct fs *fs, uint64_t ino, int open, int reads,
 		       int created, struct data_file **out)
 {

@@ -1280,7 +1280,8 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 
 		enum retry_transport t = classify_curl(cc, errbuf);
 		if (r->sink_err) {
-			/* our side failed (disk full, buffer too small) */
+			/* our side failed (disk full, buffer too small), or
+			 * the body was not what was asked for */
 			rc = r->sink_err;
 			err.http_status = (int)r->status;
 			snprintf(err.code, sizeof(err.code), "%s",
