@@ -1849,6 +1849,15 @@ void data_opens_left(struct data_file *f, unsigned n)
 	lock_mutex(&f->lock);
 	if (f->ra_fresh > n)
 		f->ra_fresh = n;
+	/* no reader is left to want the pieces queued ahead: their threads
+	 * skip them (prefetch_end()) */
+	for (size_t i = 0; n == 0 && i < f->ninflight;) {
+		const struct fetch_rec *r = &f->inflight[i];
+		if (r->job)
+			inflight_del(f, r->start, r->end);
+		else
+			i++;
+	}
 	unlock_mutex(&f->lock);
 }
 

@@ -96,7 +96,8 @@ void data_put(struct data_file *f);
  * open it and read on from where they start; a random reader pays for
  * this once per open. */
 void data_open_read(struct data_file *f);
-/* n opens of f are left (data_open_read() credits above n are dropped). */
+/* n opens of f are left (data_open_read() credits above n are dropped);
+ * at 0, so are the prefetch pieces queued and not started. */
 void data_opens_left(struct data_file *f, unsigned n);
 
 /* Reads [off, off+len), first fetching the missing ranges (one fetch per

@@ -480,6 +480,40 @@ static struct data_file *start_stuck_prefetch(struct env *e)
 	return f;
 }
 
+/* When the last open goes, the pieces queued ahead and not started are
+ * dropped: 64 readers that stop must not leave the prefetch threads
+ * fetching for seconds ahead of the next file's readers. The piece in
+ * flight lands. */
+static void test_the_last_close_drops_prefetches_not_started(void **state)
+{
+	struct env *e = *state;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	struct data_file *f = start_stuck_prefetch(e);
+	for (uint64_t off = 8 * K; off < 20 * K; off += 4 * K)
+		assert_int_equal(data_read(f, buf, 4096, off), 4096);
+	/* [52, 84) KiB is queued behind the stuck piece now */
+	data_opens_left(f, 0);
+	pthread_mutex_lock(&e->fk.lock);
+	e->fk.block_from = UINT64_MAX;
+	pthread_mutex_unlock(&e->fk.lock);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	struct ranges r = RANGES_INIT;
+	for (int i = 0; i < 500; i++) { /* the stuck piece lands */
+		assert_int_equal(data_present(f, &r), 0);
+		if (r.n == 1 && r.v[0].end == 52 * K)
+			break;
+		ranges_free(&r);
+		usleep(10 * 1000);
+	}
+	ranges_free(&r);
+	expect_present(f, "0-53248");
+	usleep(200 * 1000); /* time for the thread to take the next piece */
+	assert_int_equal(fake_calls(e), 3);
+	expect_present(f, "0-53248");
+	data_put(f);
+}
+
 /* data_close() with one piece being fetched and one queued: it waits for
  * the first, drops the second, and leaves the cache whole. */
 static void
@@ -1769,6 +1803,7 @@ int main(void)
 		T(test_sequential_reads_double_readahead_and_random_resets),
 		T(test_interleaved_sequential_readers_each_get_readahead),
 		T(test_an_opens_first_read_fetches_a_window),
+		T(test_the_last_close_drops_prefetches_not_started),
 		T(test_many_interleaved_readers_each_keep_their_stream),
 		T(test_reads_past_object_end_return_zeros_up_to_size),
 		T(test_truncate_grow_reads_zeros_without_fetching),
