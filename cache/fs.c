@@ -1283,6 +1283,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * keeps in flight: its default of 12 is below one fio job's queue */
 	conn->max_background = FS_MAX_BACKGROUND;
 	conn->congestion_threshold = FS_MAX_BACKGROUND * 3 / 4;
+	fs->kernel_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -2214,6 +2215,22 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(d.buf);
 }
 
+/* A directory handle holds nothing of ours (readdir goes by inode and
+ * cookie): when the kernel can do without OPENDIR and RELEASEDIR, ENOSYS
+ * tells it to, two round trips less per opendir(3) (SQLite's journal
+ * commits, git status, find). The kernel then also keeps listings in its
+ * page cache until the directory changes; changes from S3 invalidate it
+ * (index.c). */
+static void op_opendir(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	(void)ino;
+	if (FS(req)->kernel_opendir)
+		fuse_reply_err(req, ENOSYS);
+	else
+		fuse_reply_open(req, fi);
+}
+
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
@@ -2387,6 +2404,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	 * sending FLUSH: one round trip less per close. */
 	.release = op_release,
 	.fsync = op_fsync,
+	.opendir = op_opendir,
 	.readdir = op_readdir,
 	.readdirplus = op_readdirplus,
 	.fsyncdir = op_fsyncdir,

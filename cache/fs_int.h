@@ -71,6 +71,10 @@ struct fs {
 	 * SETATTR on close, fsync and inode writeback; set by INIT, before
 	 * any other request */
 	int kernel_times;
+	/* the kernel opens and releases directories itself (INIT offered
+	 * FUSE_NO_OPENDIR_SUPPORT) and keeps their listings in its page
+	 * cache: a change it did not make must invalidate the directory */
+	int kernel_opendir;
 
 	pthread_mutex_t lock; /* guards the dirty set, stop and bg state */
 	pthread_cond_t wake;  /* the flusher's */

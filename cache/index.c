@@ -263,11 +263,20 @@ static void note(struct rec *r, uint64_t parent, const char *name, uint64_t ino)
 
 static void send_notes(struct rec *r)
 {
+	uint64_t dir = 0;
 	for (size_t i = 0; i < r->nnotes; i++) {
 		struct note *n = &r->notes[i];
 		if (n->ino)
 			fuse_lowlevel_notify_inval_inode(r->fs->se, n->ino, 0,
 							 0);
+		/* a name came or went: the directory's times, and the listing
+		 * the kernel keeps of it (fs.c, op_opendir()), which the
+		 * dentry's invalidation below leaves alone when the kernel
+		 * never looked the name up */
+		if (n->name && n->parent != dir) {
+			dir = n->parent;
+			fuse_lowlevel_notify_inval_inode(r->fs->se, dir, 0, 0);
+		}
 		/* with writeback caching the kernel keeps its own idea of a
 		 * file's size while it has the inode: dropping the dentry
 		 * lets an unused inode go, so the next lookup reads ours */

@@ -147,6 +147,23 @@ def test_a_mounted_volume_picks_up_what_other_tools_change(
         s3.delete_object(Bucket=bucket, Key=f"{prefix}/new")
         wait_for(lambda: not (root / "new").exists(), "a deleted object to go")
         assert (root / "mine").read_text() == "mine\n"
+
+        # names the kernel never looked up, seen by listings only: the
+        # kernel keeps a listing until the directory changes
+        (root / "d").mkdir()
+        (root / "d" / "a").write_text("a\n")
+        wait_for(lambda: f"{prefix}/d/a" in keys(s3, prefix + "/"),
+                 "the upload")
+        assert os.listdir(root / "d") == ["a"]
+        assert os.listdir(root / "d") == ["a"]
+        mtime = (root / "d").stat().st_mtime
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/d/b", Body=b"b\n")
+        wait_for(lambda: sorted(os.listdir(root / "d")) == ["a", "b"],
+                 "a new object to be listed")
+        assert (root / "d").stat().st_mtime > mtime
+        s3.delete_object(Bucket=bucket, Key=f"{prefix}/d/b")
+        wait_for(lambda: os.listdir(root / "d") == ["a"],
+                 "a deleted object to leave the listing")
     finally:
         assert m.unmount() == 0, m.output()
 

@@ -12,6 +12,7 @@ import hashlib
 import mmap
 import os
 import shutil
+import signal
 import sqlite3
 import stat
 import subprocess
@@ -55,6 +56,41 @@ def test_the_kernel_keeps_a_queues_worth_of_async_requests_in_flight(mount):
         pytest.skip(f"no {conn}: fusectl is not mounted")
     assert int((conn / "max_background").read_text()) == 64
     assert int((conn / "congestion_threshold").read_text()) == 48
+
+
+def test_a_listed_directory_is_listed_again_by_the_kernel_alone(mount):
+    """OPENDIR is answered ENOSYS, so the kernel opens directories itself
+    and keeps their listings: a second listing of an unchanged directory
+    sends nothing to the daemon. Shown with the daemon stopped: the
+    listing still comes back. A change made through the mount shows."""
+    d = Path(mount.mountpoint) / "d"
+    d.mkdir()
+    for i in range(50):
+        (d / f"f{i:02}").write_text("x")
+    want = sorted(f"f{i:02}" for i in range(50))
+    assert sorted(os.listdir(d)) == want
+    assert sorted(os.listdir(d)) == want
+    workers = mount.workers()
+    assert workers
+    lister = ["/usr/bin/python3", "-c",
+              "import os, sys; print(' '.join(sorted(os.listdir(sys.argv[1]))))",
+              str(d)]
+    for w in workers:
+        os.kill(w, signal.SIGSTOP)
+    try:
+        out = subprocess.run(lister, capture_output=True, text=True,
+                             timeout=20)
+    except subprocess.TimeoutExpired:
+        out = None
+    finally:
+        for w in workers:
+            os.kill(w, signal.SIGCONT)
+    assert out is not None, "the listing waited for the stopped daemon"
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == want
+    (d / "f00").unlink()
+    (d / "new").write_text("y")
+    assert sorted(os.listdir(d)) == sorted(want[1:] + ["new"])
 
 
 def test_random_writes_and_sparse_file(mount):
