@@ -295,8 +295,12 @@ def chart(figs, res, png):
             y -= h
             g.write(f"set origin 0,{y / total:.4f}\nset size 1,{h / total:.4f}\n")
             g.write(f'set title "{title}"\n')
+            # a series with no figure in this panel (tierfs-local in a
+            # grail-only run, say) is left out: gnuplot refuses a
+            # histogram column with no valid point
             plots = [f'"{dat}" index {i} using {j + 2}:xtic(1) title "{t}"'
-                     for j, t in enumerate(series)]
+                     for j, t in enumerate(series)
+                     if any(vals[j] for _, vals in rows)]
             g.write("plot " + ", ".join(plots) + ", 1 notitle lc rgb 'black' lw 2\n")
         g.write("unset multiplot\n")
     r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
