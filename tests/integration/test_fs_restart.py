@@ -367,6 +367,50 @@ def test_a_rename_cut_short_by_a_crash_leaves_only_the_old_names(
         {"f", "d/", "d/x"}
 
 
+def test_a_rename_over_a_file_cut_short_by_a_crash_leaves_the_tiers_agreeing(
+        volume, s3, tmp_path):
+    """A rename onto an existing file copies the source's object over the
+    destination's in S3, then commits in the store. Killed in between, the
+    store still has the old destination while S3 has the source's bytes
+    under its key. The reconciliation that follows the restart takes in
+    S3's version, so the two agree, and a new node shows what this one
+    does: the destination has the new bytes and the source stays, as if
+    the file had been copied. Neither version is lost half-way."""
+    url, prefix = volume
+    args = (str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    held = {"TIERFS_DEBUG_RENAME_COPIED_PAUSE_MS": "3000"}
+    m = Mount(url, *args, env=held)
+    root = Path(m.mountpoint)
+    (root / "new").write_text("the new version\n")
+    (root / "doc").write_text("the old version\n")
+    fd = os.open(root, os.O_RDONLY)
+    os.fsync(fd)  # both in S3
+    os.close(fd)
+    mv = subprocess.Popen(["mv", str(root / "new"), str(root / "doc")],
+                          stderr=subprocess.DEVNULL)
+    time.sleep(1.5)  # copied, not committed
+    m.kill_daemon()
+    mv.wait(timeout=30)
+    m = Mount(url, *args)
+    try:
+        time.sleep(3)  # the reconciliation that follows a restart
+        here = {n: (root / n).read_text() for n in os.listdir(root)}
+    finally:
+        assert m.unmount() == 0, m.output()
+    there = {k[len(prefix) + 1:]: body(s3, k).decode()
+             for k in keys(s3, prefix + "/")
+             if k[len(prefix) + 1:]
+             and not k[len(prefix) + 1:].startswith(".tierfs/")}
+    assert here == there == {"doc": "the new version\n",
+                             "new": "the new version\n"}
+    b = Mount(url, str(tmp_path / "b"), str(tmp_path / "cb"), *MOUNT_ARGS)
+    try:
+        assert {n: (Path(b.mountpoint) / n).read_text()
+                for n in os.listdir(b.mountpoint)} == here
+    finally:
+        assert b.unmount() == 0, b.output()
+
+
 def test_durability_local_fsync_is_durable_on_the_cache_disk_and_uploads_later(
         volume, s3, tmp_path):
     """--durability local: fsync of a file or a directory returns once the
