@@ -116,6 +116,11 @@ int fs_flush_all(struct fs *fs);
 int fs_capacity_read(const char *cache_dir, uint64_t *bytes);
 int fs_capacity_write(const char *cache_dir, uint64_t bytes);
 
+/* Fault injection for tests: sleeps the milliseconds the environment
+ * variable env names (TIERFS_DEBUG_*_PAUSE_MS), if it is set, to widen a
+ * race window a test must see handled. */
+void fs_debug_pause(const char *env);
+
 extern const struct fuse_lowlevel_ops fs_ops;
 
 #endif

@@ -147,10 +147,6 @@ struct handle {
 uint64_t fs_now_ms(void);
 struct timespec fs_now_real(void);
 void fs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Fault injection for tests: sleeps the milliseconds the environment
- * variable env names (TIERFS_DEBUG_*_PAUSE_MS), if it is set, to widen a
- * race window a test must see handled. */
-void fs_debug_pause(const char *env);
 
 /* Records key (or every key under it) as changed by us, before the change
  * is made. A no-op unless a reconciliation is running. */

@@ -170,7 +170,7 @@ static void describe(const struct holder *h, char *why, size_t len)
 		 h->host[0] ? h->host : "?", h->owner, age);
 }
 
-int lease_acquire(struct lease *l, int take_over, char *why, size_t len)
+int lease_claim(struct lease *l, int take_over, char *why, size_t len)
 {
 	struct holder h;
 	int rc = read_holder(l, &h);
@@ -181,17 +181,38 @@ int lease_acquire(struct lease *l, int take_over, char *why, size_t len)
 	if (rc && rc != -ENOENT)
 		return rc;
 	rc = write_ours(l);
-	if (rc)
-		return rc;
+	if (!rc)
+		clock_gettime(CLOCK_MONOTONIC, &l->claimed);
+	return rc;
+}
+
+int lease_confirm(struct lease *l, char *why, size_t len)
+{
 	/* no conditional PUT on Swift: of two racing, the last PUT wins and
 	 * the other one sees it here */
-	usleep(200 * 1000);
-	rc = read_holder(l, &h);
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	long long waited = (now.tv_sec - l->claimed.tv_sec) * 1000LL +
+			   (now.tv_nsec - l->claimed.tv_nsec) / 1000000;
+	if (waited < LEASE_SETTLE_MS)
+		usleep((useconds_t)(LEASE_SETTLE_MS - waited) * 1000);
+	struct holder h;
+	int rc = read_holder(l, &h);
 	if (rc == 0 && strcmp(h.owner, l->owner) != 0) {
 		describe(&h, why, len);
 		return -EBUSY;
 	}
 	return rc;
+}
+
+void lease_describe(struct lease *l, char *why, size_t len)
+{
+	struct holder h;
+	int rc = read_holder(l, &h);
+	if (rc == 0)
+		describe(&h, why, len);
+	else
+		snprintf(why, len, "unreadable (%s)", strerror(-rc));
 }
 
 int lease_renew(struct lease *l, char *why, size_t len)

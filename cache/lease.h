@@ -15,7 +15,9 @@
  * S3.
  * Swift has no conditional PUT, so taking the lease is PUT then GET: of two
  * nodes racing, the one whose PUT landed last keeps it and the other is
- * refused.
+ * refused. The GET comes LEASE_SETTLE_MS after the PUT; lease_claim() and
+ * lease_confirm() split the two, so that a mount loads the volume in
+ * between and writes nothing to S3 before the confirmation.
  * Threading: none inside; the caller serialises calls on one lease.
  */
 #ifndef TIERFS_LEASE_H
@@ -29,6 +31,7 @@
 #define LEASE_RENEW_S 30
 #define LEASE_OWNER_LEN 32	  /* hex characters */
 #define LEASE_GRANT_OWNER "grant" /* written by ControllerPublishVolume */
+#define LEASE_SETTLE_MS 200	  /* a racing PUT lands within this */
 
 struct lease {
 	s3_client *s3; /* borrowed */
@@ -36,6 +39,7 @@ struct lease {
 	char *key;     /* owned: PREFIX/.tierfs/lease */
 	char owner[LEASE_OWNER_LEN + 1];
 	char host[64];
+	struct timespec claimed; /* CLOCK_MONOTONIC: our PUT, lease_claim() */
 };
 
 /* Reads (or makes, 0600) CACHE_DIR/owner and fills l; host is the name the
@@ -44,10 +48,16 @@ struct lease {
 int lease_init(struct lease *l, s3_client *s3, const char *bucket,
 	       const char *prefix, const char *cache_dir, const char *host);
 void lease_free(struct lease *l);
-/* Takes the lease: free, ours, or granted to our host. -EBUSY when another
- * holder has it or it is granted to another host (why says who and since
- * when) unless take_over; other -errno for S3 failures. */
-int lease_acquire(struct lease *l, int take_over, char *why, size_t len);
+/* Takes the lease, first half: it must be free, ours, or granted to our
+ * host, else -EBUSY (why says who and since when) unless take_over; then
+ * our PUT. Other -errno for S3 failures. */
+int lease_claim(struct lease *l, int take_over, char *why, size_t len);
+/* The second half: LEASE_SETTLE_MS after the claim's PUT, reads the lease
+ * back; -EBUSY (why says who) when a racing PUT took it. Only then is it
+ * ours. */
+int lease_confirm(struct lease *l, char *why, size_t len);
+/* Says who holds the lease now, into why. */
+void lease_describe(struct lease *l, char *why, size_t len);
 /* Renews it: -EBUSY (why says who) when someone else holds it now. */
 int lease_renew(struct lease *l, char *why, size_t len);
 /* Deletes it, if it is still ours. */

@@ -522,6 +522,21 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 			strerror(-rc));
 		goto out;
 	}
+	/* the lease's read-back waited while the volume loaded; nothing is
+	 * written to S3 before it (mount_main() reports a lease lost here) */
+	if (gen == 0 && o->fs.lease) {
+		char why[256];
+		/* a racing node's PUT may land in here */
+		fs_debug_pause("TIERFS_DEBUG_LEASE_CONFIRM_PAUSE_MS");
+		rc = lease_confirm(o->fs.lease, why, sizeof(why));
+		if (rc) {
+			fprintf(stderr, "tierfs: taking the write lease: %s\n",
+				rc == -EBUSY ? why : strerror(-rc));
+			report(report_fd, -rc);
+			report_fd = -1;
+			goto out;
+		}
+	}
 	struct data_config dc;
 	char data_dir[PATH_MAX];
 	data_config_init(&dc);
@@ -764,6 +779,24 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	return status;
 }
 
+/* Why a read-write mount is refused: the lease is someone else's. */
+static void lease_refused(const struct mount_opts *o, const struct lease *l,
+			  const char *why)
+{
+	if (!strncmp(why, "granted", 7))
+		fprintf(stderr,
+			"tierfs: s3://%s/%s is not this node's to write: its "
+			"lease is %s (this node is '%s'). Mount it "
+			"--read-only, or pass --take-over\n",
+			o->bucket, o->prefix, why, l->host);
+	else
+		fprintf(stderr,
+			"tierfs: s3://%s/%s is mounted read-write elsewhere: "
+			"its lease is %s. Mount it --read-only, or pass "
+			"--take-over once that node is gone\n",
+			o->bucket, o->prefix, why);
+}
+
 static int mount_main(int argc, char **argv)
 {
 	struct mount_opts o;
@@ -843,24 +876,12 @@ static int mount_main(int argc, char **argv)
 		rc = lease_init(&lease, s3, o.bucket, o.prefix, o.cache_dir,
 				o.node_name);
 		have_lease = rc == 0;
+		/* the read-back that confirms it comes later, in the worker,
+		 * once the volume is loaded (worker_main()) */
 		if (!rc)
-			rc = lease_acquire(&lease, o.take_over, why,
-					   sizeof(why));
-		if (rc == -EBUSY && !strncmp(why, "granted", 7)) {
-			fprintf(stderr,
-				"tierfs: s3://%s/%s is not this node's to "
-				"write: its lease is %s (this node is '%s'). "
-				"Mount it --read-only, or pass --take-over\n",
-				o.bucket, o.prefix, why, lease.host);
-			goto out;
-		}
+			rc = lease_claim(&lease, o.take_over, why, sizeof(why));
 		if (rc == -EBUSY) {
-			fprintf(stderr,
-				"tierfs: s3://%s/%s is mounted read-write "
-				"elsewhere: its lease is %s. Mount it "
-				"--read-only, or pass --take-over once that "
-				"node is gone\n",
-				o.bucket, o.prefix, why);
+			lease_refused(&o, &lease, why);
 			goto out;
 		}
 		if (rc) {
@@ -909,7 +930,13 @@ static int mount_main(int argc, char **argv)
 	int err = EIO;
 	ssize_t n = read(pipefd[0], &err, sizeof(err));
 	close(pipefd[0]);
-	if (n != (ssize_t)sizeof(err) || err) {
+	if (n == (ssize_t)sizeof(err) && err == EBUSY && have_lease) {
+		/* a racing node's PUT of the lease landed after ours */
+		lease_describe(&lease, why, sizeof(why));
+		lease_refused(&o, &lease, why);
+		waitpid(pid, NULL, WNOHANG);
+		status = 1;
+	} else if (n != (ssize_t)sizeof(err) || err) {
 		fprintf(stderr, "tierfs: mount failed; see %s/tierfs.log\n",
 			o.cache_dir);
 		waitpid(pid, NULL, WNOHANG);

@@ -98,6 +98,46 @@ def test_after_a_node_dies_taking_over_is_explicit_and_fences_the_old_one(
         old.unmount()
 
 
+def test_a_racing_node_whose_lease_lands_last_wins_and_nothing_is_sent(
+        volume, s3, tmp_path):
+    """A mount PUTs the lease, loads the volume while a racing PUT may
+    land, then reads the lease back before it writes anything to S3. Here
+    the racing node's PUT lands in that window (held open 3 s by fault
+    injection): the mount is refused, names the other node, leaves the
+    lease alone, and does not send the file a crash left dirty."""
+    url, prefix = volume
+    args = (str(tmp_path / "m"), str(tmp_path / "c"), "--upload-delay", "10m")
+    m = Mount(url, *args)
+    (Path(m.mountpoint) / "pending").write_text("not sent yet\n")
+    m.kill_daemon()  # dirty in the cache; the lease is still this node's
+    other = "f" * 32
+    env = dict(os.environ, TIERFS_DEBUG_LEASE_CONFIRM_PAUSE_MS="3000")
+    mount = subprocess.Popen([TIERFS, "mount", url, *args[:1],
+                              "--cache-dir", args[1], *args[2:]], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    lease = f"{prefix}/.tierfs/lease"
+    deadline = time.monotonic() + 30
+    # the killed daemon's lease is this node's too: wait for the new PUT
+    while f"pid={mount.pid}\n" not in body(s3, lease).decode():
+        assert time.monotonic() < deadline, "the mount never claimed the lease"
+        time.sleep(0.05)
+    racer = (f"owner={other}\nhost=racing-node\npid=1\n"
+             f"renewed={int(time.time())}\n").encode()
+    s3.put_object(Bucket=BUCKET, Key=lease, Body=racer)
+    out, err = mount.communicate(timeout=60)
+    if os.path.ismount(tmp_path / "m"):  # it should not have mounted
+        subprocess.run([TIERFS, "unmount", args[0], "--cache-dir", args[1]],
+                       capture_output=True, timeout=120)
+        pytest.fail(f"mounted despite the racing lease: {err}")
+    assert mount.returncode != 0
+    assert "mounted read-write elsewhere" in err, err
+    assert "racing-node" in err, err
+    time.sleep(1)
+    assert body(s3, lease) == racer
+    assert f"{prefix}/pending" not in keys(s3, prefix + "/")
+
+
 def put_grant(s3, prefix, host):
     """What ControllerPublishVolume writes: the lease granted to host."""
     s3.put_object(Bucket=BUCKET, Key=f"{prefix}/.tierfs/lease",
