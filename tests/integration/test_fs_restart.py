@@ -327,6 +327,16 @@ def test_a_dead_workers_late_put_cannot_replace_newer_data(
     assert body(s3, f"{prefix}/f") == v2
 
 
+def mv_cut_short(m, src, dst):
+    """`mv src dst` on mount m, whose daemon is held after the rename's
+    copies in S3 (TIERFS_DEBUG_RENAME_COPIED_PAUSE_MS) and killed there."""
+    mv = subprocess.Popen(["mv", str(src), str(dst)],
+                          stderr=subprocess.DEVNULL)
+    time.sleep(1.5)  # copied, not committed
+    m.kill_daemon()
+    mv.wait(timeout=30)
+
+
 def test_a_rename_cut_short_by_a_crash_leaves_only_the_old_names(
         volume, s3, tmp_path):
     """A rename copies its objects in S3, then commits in the store; the
@@ -350,11 +360,7 @@ def test_a_rename_cut_short_by_a_crash_leaves_only_the_old_names(
     for src, dst in (("f", "g"), ("d", "e")):
         if src != "f":
             m = Mount(url, *args, env=held)
-        mv = subprocess.Popen(["mv", str(root / src), str(root / dst)],
-                              stderr=subprocess.DEVNULL)
-        time.sleep(1.5)  # copied, not committed
-        m.kill_daemon()
-        mv.wait(timeout=30)
+        mv_cut_short(m, root / src, root / dst)
     m = Mount(url, *args)
     try:
         time.sleep(3)  # the deletions are sent; reconciliations every 1 s
@@ -386,11 +392,7 @@ def test_a_rename_over_a_file_cut_short_by_a_crash_leaves_the_tiers_agreeing(
     fd = os.open(root, os.O_RDONLY)
     os.fsync(fd)  # both in S3
     os.close(fd)
-    mv = subprocess.Popen(["mv", str(root / "new"), str(root / "doc")],
-                          stderr=subprocess.DEVNULL)
-    time.sleep(1.5)  # copied, not committed
-    m.kill_daemon()
-    mv.wait(timeout=30)
+    mv_cut_short(m, root / "new", root / "doc")
     m = Mount(url, *args)
     try:
         time.sleep(3)  # the reconciliation that follows a restart
