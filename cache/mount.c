@@ -452,6 +452,24 @@ static uint64_t free_floor_for(const char *dir)
 						 : DATA_DEFAULT_FREE_FLOOR;
 }
 
+/* Why a read-write mount is refused: the lease is someone else's. */
+static void lease_refused(const struct mount_opts *o, const struct lease *l,
+			  const char *why)
+{
+	if (!strncmp(why, "granted", 7))
+		fprintf(stderr,
+			"tierfs: s3://%s/%s is not this node's to write: its "
+			"lease is %s (this node is '%s'). Mount it "
+			"--read-only, or pass --take-over\n",
+			o->bucket, o->prefix, why, l->host);
+	else
+		fprintf(stderr,
+			"tierfs: s3://%s/%s is mounted read-write elsewhere: "
+			"its lease is %s. Mount it --read-only, or pass "
+			"--take-over once that node is gone\n",
+			o->bucket, o->prefix, why);
+}
+
 /* Opens the store (loading the volume on a new cache dir), then serves
  * the mount on fuse_fd until it ends. gen 0 is the first worker of this
  * mount; a later one takes over from a dead predecessor. Returns the exit
@@ -529,9 +547,12 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 		/* a racing node's PUT may land in here */
 		fs_debug_pause("TIERFS_DEBUG_LEASE_CONFIRM_PAUSE_MS");
 		rc = lease_confirm(o->fs.lease, why, sizeof(why));
-		if (rc) {
+		if (rc == -EBUSY)
+			lease_refused(o, o->fs.lease, why);
+		else if (rc)
 			fprintf(stderr, "tierfs: taking the write lease: %s\n",
-				rc == -EBUSY ? why : strerror(-rc));
+				strerror(-rc));
+		if (rc) {
 			report(report_fd, -rc);
 			report_fd = -1;
 			goto out;
@@ -779,22 +800,17 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 	return status;
 }
 
-/* Why a read-write mount is refused: the lease is someone else's. */
-static void lease_refused(const struct mount_opts *o, const struct lease *l,
-			  const char *why)
+/* After a start that failed: waits, up to 30 s, for the daemon to unmount
+ * and exit, so that nothing is left mounted when the command returns (a
+ * caller such as the CSI node retries on the same mountpoint). */
+static void reap_failed(pid_t pid)
 {
-	if (!strncmp(why, "granted", 7))
-		fprintf(stderr,
-			"tierfs: s3://%s/%s is not this node's to write: its "
-			"lease is %s (this node is '%s'). Mount it "
-			"--read-only, or pass --take-over\n",
-			o->bucket, o->prefix, why, l->host);
-	else
-		fprintf(stderr,
-			"tierfs: s3://%s/%s is mounted read-write elsewhere: "
-			"its lease is %s. Mount it --read-only, or pass "
-			"--take-over once that node is gone\n",
-			o->bucket, o->prefix, why);
+	for (int i = 0; i < 3000; i++) {
+		pid_t r = waitpid(pid, NULL, WNOHANG);
+		if (r == pid || (r < 0 && errno != EINTR))
+			return;
+		usleep(10 * 1000);
+	}
 }
 
 static int mount_main(int argc, char **argv)
@@ -934,12 +950,12 @@ static int mount_main(int argc, char **argv)
 		/* a racing node's PUT of the lease landed after ours */
 		lease_describe(&lease, why, sizeof(why));
 		lease_refused(&o, &lease, why);
-		waitpid(pid, NULL, WNOHANG);
+		reap_failed(pid);
 		status = 1;
 	} else if (n != (ssize_t)sizeof(err) || err) {
 		fprintf(stderr, "tierfs: mount failed; see %s/tierfs.log\n",
 			o.cache_dir);
-		waitpid(pid, NULL, WNOHANG);
+		reap_failed(pid);
 		status = 1;
 	} else {
 		status = 0;

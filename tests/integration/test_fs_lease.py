@@ -98,13 +98,16 @@ def test_after_a_node_dies_taking_over_is_explicit_and_fences_the_old_one(
         old.unmount()
 
 
+@pytest.mark.parametrize("fg", [[], ["-f"]], ids=["background", "foreground"])
 def test_a_racing_node_whose_lease_lands_last_wins_and_nothing_is_sent(
-        volume, s3, tmp_path):
+        volume, s3, tmp_path, fg):
     """A mount PUTs the lease, loads the volume while a racing PUT may
     land, then reads the lease back before it writes anything to S3. Here
     the racing node's PUT lands in that window (held open 3 s by fault
     injection): the mount is refused, names the other node, leaves the
-    lease alone, and does not send the file a crash left dirty."""
+    lease alone, and does not send the file a crash left dirty; in the
+    background, where the mount command reports for the worker, and in
+    the foreground (-f), where the worker says it itself."""
     url, prefix = volume
     args = (str(tmp_path / "m"), str(tmp_path / "c"), "--upload-delay", "10m")
     m = Mount(url, *args)
@@ -113,7 +116,7 @@ def test_a_racing_node_whose_lease_lands_last_wins_and_nothing_is_sent(
     other = "f" * 32
     env = dict(os.environ, TIERFS_DEBUG_LEASE_CONFIRM_PAUSE_MS="3000")
     mount = subprocess.Popen([TIERFS, "mount", url, *args[:1],
-                              "--cache-dir", args[1], *args[2:]], env=env,
+                              "--cache-dir", args[1], *args[2:], *fg], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     lease = f"{prefix}/.tierfs/lease"
@@ -125,10 +128,15 @@ def test_a_racing_node_whose_lease_lands_last_wins_and_nothing_is_sent(
     racer = (f"owner={other}\nhost=racing-node\npid=1\n"
              f"renewed={int(time.time())}\n").encode()
     s3.put_object(Bucket=BUCKET, Key=lease, Body=racer)
-    out, err = mount.communicate(timeout=60)
+    try:
+        out, err = mount.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # -f: serving, which it must not
+        err = "still running after 60 s"
     if os.path.ismount(tmp_path / "m"):  # it should not have mounted
         subprocess.run([TIERFS, "unmount", args[0], "--cache-dir", args[1]],
                        capture_output=True, timeout=120)
+        mount.kill()
+        mount.wait()
         pytest.fail(f"mounted despite the racing lease: {err}")
     assert mount.returncode != 0
     assert "mounted read-write elsewhere" in err, err
