@@ -541,7 +541,8 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 		goto out;
 	}
 	/* the lease's read-back waited while the volume loaded; nothing is
-	 * written to S3 before it (mount_main() reports a lease lost here) */
+	 * written to S3 before it. A lease lost here is said in the log (or
+	 * on the terminal, with -f), and mount_main() says it to its caller */
 	if (gen == 0 && o->fs.lease) {
 		char why[256];
 		/* a racing node's PUT may land in here */
