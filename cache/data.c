@@ -2347,6 +2347,26 @@ int data_inos(struct data *d, uint64_t **inos, size_t *n)
 	return v ? 0 : -ENOMEM;
 }
 
+int data_dirty_files(struct data *d, struct data_dirty_file **out, size_t *n)
+{
+	lock_mutex(&d->lock);
+	struct data_dirty_file *v =
+		malloc((d->nfiles ? d->nfiles : 1) * sizeof(*v));
+	size_t k = 0;
+	for (size_t i = 0; v && i < d->nbuckets; i++)
+		for (struct data_file *f = d->buckets[i]; f; f = f->hnext) {
+			lock_mutex(&f->lock);
+			if (f->dbytes)
+				v[k++] = (struct data_dirty_file){f->ino,
+								  f->size};
+			unlock_mutex(&f->lock);
+		}
+	unlock_mutex(&d->lock);
+	*out = v;
+	*n = k;
+	return v ? 0 : -ENOMEM;
+}
+
 void data_usage(struct data *d, uint64_t *cached, uint64_t *dirty)
 {
 	*cached = __atomic_load_n(&d->cached, __ATOMIC_RELAXED);

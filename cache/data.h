@@ -151,6 +151,15 @@ int data_sync(struct data_file *f);
 int data_remove(struct data *d, uint64_t ino);
 /* The inodes that have a record here (a cache file), malloc'ed. */
 int data_inos(struct data *d, uint64_t **inos, size_t *n);
+/* A file holding dirty bytes and the size the cache keeps for it. */
+struct data_dirty_file {
+	uint64_t ino, size;
+};
+/* The files holding dirty bytes (malloc'ed). Right after data_open(),
+ * each size is what its range log, or its ".new" file's size on disk,
+ * says: a write's end reaches them before the write returns, and the
+ * disk once data_sync() returns. */
+int data_dirty_files(struct data *d, struct data_dirty_file **out, size_t *n);
 /* data_remove() for a file the object behind it replaced: only when no
  * reference is held and no byte is dirty, else -EBUSY (nothing changes). */
 int data_drop_clean(struct data *d, uint64_t ino);

@@ -240,6 +240,40 @@ static void drop_orphans(struct fs *fs)
 		       dropped);
 }
 
+/* Brings the store up to what the cache files hold. fdatasync leaves a
+ * size that only grew out of the store's fsync (meta_sync_begin()): the
+ * range log or ".new" file that data_sync() fsyncs records it, and a
+ * power loss can roll the store back past it. A kill -9 between a write's
+ * bytes and the store's commit of its size or dirty flag leaves the same
+ * gap (a write not acknowledged, whose bytes readers of the cache already
+ * saw). Either way the file takes the cache's size, and dirty bytes are
+ * queued for upload; they would otherwise never be sent, nor evicted. */
+static void recover_dirty_files(struct fs *fs)
+{
+	struct data_dirty_file *v = NULL;
+	size_t n = 0, grown = 0, marked = 0;
+	struct meta_attr a, out;
+	if (read_only(fs) || data_dirty_files(fs->data, &v, &n))
+		return; /* they wait for the next start */
+	for (size_t i = 0; i < n; i++) {
+		if (meta_getattr(fs->meta, v[i].ino, &a) || !S_ISREG(a.mode))
+			continue;
+		struct meta_attr in = {.size = v[i].size};
+		if (v[i].size > a.size &&
+		    meta_setattr(fs->meta, v[i].ino, META_SET_GROW, &in,
+				 &out) == 0)
+			grown++;
+		if (!(a.dirty & META_DIRTY_DATA) &&
+		    meta_set_dirty(fs->meta, v[i].ino, META_DIRTY_DATA) == 0)
+			marked++;
+	}
+	free(v);
+	if (grown || marked)
+		fs_log("recovered from the cache files: %zu sizes, %zu files "
+		       "left out of the upload queue",
+		       grown, marked);
+}
+
 /* See load_dirty(). */
 static void settle_wait(struct fs *fs)
 {
@@ -1098,6 +1132,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_cond_init(&fs->wake, NULL);
 	pthread_cond_init(&fs->bg_wake, NULL);
 	drop_orphans(fs);
+	recover_dirty_files(fs);
 	rc = load_dirty(fs);
 	if (!rc)
 		rc = -pthread_create(&fs->flusher, NULL, flusher_main, fs);

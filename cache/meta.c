@@ -1235,7 +1235,8 @@ static void op_done_lazy(struct meta *m, struct op *op, int lazy)
 			continue;
 		}
 		in->sync_all = m->sync_epoch;
-		if (in->a.size != was->size || in->a.nlink != was->nlink ||
+		/* growth is left to the cache file's own record (meta.h) */
+		if (in->a.size < was->size || in->a.nlink != was->nlink ||
 		    in->a.dirty != was->dirty)
 			in->sync_data = m->sync_epoch;
 	}

@@ -97,8 +97,10 @@ void meta_close(struct meta *m);
 int meta_commit(struct meta *m);
 /* What fsync (datasync 0) or fdatasync (1) of ino needs of the store:
  * meta_commit(), unless every change to ino it covers is durable already
- * (for fdatasync: the inode's existence, size, links and dirty flags; an
- * mtime alone needs no commit). */
+ * (for fdatasync: the inode's existence, a size that shrank, links and
+ * dirty flags; an mtime alone needs no commit, and neither does a size
+ * that grew: the cache file's range log records that, and fs.c takes it
+ * back from there after a power loss). */
 int meta_sync(struct meta *m, uint64_t ino, int datasync);
 /* meta_sync() in two halves, so that the caller's own flushes run while
  * the store's syncer thread fsyncs the write-ahead log (outside the

@@ -1169,6 +1169,43 @@ static void test_close_and_reopen_restore_sets_data_and_usage(void **state)
 	data_put(f);
 }
 
+/* After a restart, the files with dirty bytes and the sizes their logs
+ * (or ".new" files) give: what fs.c takes back into a store that a
+ * power loss rolled back. A clean file is not listed. */
+static void test_a_reopened_cache_lists_its_dirty_files_with_sizes(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char w[5000], buf[100];
+	memset(w, 'w', sizeof(w));
+	assert_int_equal(data_get(e->d, 3, 100000, &f), 0); /* logged */
+	assert_int_equal(data_write(f, w, 5000, 100000), 5000);
+	assert_int_equal(data_sync(f), 0);
+	data_put(f);
+	assert_int_equal(data_create(e->d, 4, &f), 0); /* ".new" */
+	assert_int_equal(data_write(f, w, 4000, 0), 4000);
+	assert_int_equal(data_truncate(f, 4100), 0);
+	data_put(f);
+	assert_int_equal(data_get(e->d, 5, 100000, &f), 0); /* clean */
+	assert_int_equal(data_read(f, buf, sizeof(buf), 0), sizeof(buf));
+	data_put(f);
+	reopen(e);
+	struct data_dirty_file *v;
+	size_t n;
+	assert_int_equal(data_dirty_files(e->d, &v, &n), 0);
+	assert_int_equal(n, 2);
+	if (v[0].ino != 3) { /* hash order */
+		struct data_dirty_file t = v[0];
+		v[0] = v[1];
+		v[1] = t;
+	}
+	assert_int_equal(v[0].ino, 3);
+	assert_int_equal(v[0].size, 105000);
+	assert_int_equal(v[1].ino, 4);
+	assert_int_equal(v[1].size, 4100);
+	free(v);
+}
+
 static void test_clean_file_adopts_callers_size_on_get(void **state)
 {
 	struct env *e = *state;
@@ -1822,6 +1859,7 @@ int main(void)
 		T(test_a_rewrite_an_upload_cleaned_meanwhile_stays_dirty),
 		T(test_mark_clean_keeps_ranges_written_after_snapshot_dirty),
 		T(test_close_and_reopen_restore_sets_data_and_usage),
+		T(test_a_reopened_cache_lists_its_dirty_files_with_sizes),
 		T(test_clean_file_adopts_callers_size_on_get),
 		T(test_kill9_after_writes_loses_no_completed_write),
 		T(test_kill9_mid_stream_loses_no_completed_write),

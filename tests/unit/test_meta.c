@@ -2406,18 +2406,30 @@ static void test_kill_suidgid_clears_the_bits_at_once(void **state)
 	assert_int_equal(mtime_row(f, ino), 1000);
 }
 
-static void test_fdatasync_commits_a_size_change_fsync_any(void **state)
+static void test_fdatasync_commits_a_shrunk_size_fsync_any(void **state)
 {
 	struct fixture *f = *state;
 	reopen(f, SLOW_INTERVAL_MS);
 	uint64_t ino = mkfile(f->m, ROOT, "synced");
+	assert_int_equal(meta_set_dirty(f->m, ino, META_DIRTY_DATA), 0);
 	/* a new inode is not durable until a commit */
 	assert_int_equal(meta_sync(f->m, ino, 1), 0);
 	assert_int_equal(count_name(f->path, "synced"), 1);
+	/* a size that grew is the cache file's to record (fs.c takes it
+	 * back after a power loss): fdatasync owes nothing, fsync commits */
 	struct meta_attr in = {.size = 100}, out;
+	uint64_t t;
 	assert_int_equal(meta_setattr(f->m, ino, META_SET_GROW, &in, &out), 0);
-	assert_int_equal(meta_sync(f->m, ino, 1), 0);
+	assert_int_equal(meta_sync_begin(f->m, ino, 1, &t), 0);
+	assert_int_equal(t, 0);
+	assert_int_equal(peek_inode(f->path, ino, "size"), 0);
+	assert_int_equal(meta_sync(f->m, ino, 0), 0);
 	assert_int_equal(peek_inode(f->path, ino, "size"), 100);
+	/* a size that shrank is the store's alone: fdatasync commits it */
+	in.size = 10;
+	assert_int_equal(meta_setattr(f->m, ino, META_SET_SIZE, &in, &out), 0);
+	assert_int_equal(meta_sync(f->m, ino, 1), 0);
+	assert_int_equal(peek_inode(f->path, ino, "size"), 10);
 	/* a mode change (the inode already dirty): fdatasync leaves it
 	 * open, fsync commits it */
 	assert_int_equal(meta_set_dirty(f->m, ino, META_DIRTY_ATTR), 0);
@@ -2463,12 +2475,14 @@ struct syncer_arg {
 	int rc;
 };
 
-static void *grow_and_sync(void *p)
+/* Cuts the file short 300 times (to 300 bytes, then 299, ... 1), each
+ * cut fdatasync'ed: a size that shrank is what fdatasync commits. */
+static void *shrink_and_sync(void *p)
 {
 	struct syncer_arg *a = p;
-	for (uint64_t i = 1; i <= 300 && a->rc == 0; i++) {
+	for (uint64_t i = 300; i >= 1 && a->rc == 0; i--) {
 		struct meta_attr in = {.size = i}, out;
-		a->rc = meta_setattr(a->m, a->ino, META_SET_GROW, &in, &out);
+		a->rc = meta_setattr(a->m, a->ino, META_SET_SIZE, &in, &out);
 		if (a->rc == 0)
 			a->rc = meta_sync(a->m, a->ino, 1);
 	}
@@ -2487,7 +2501,7 @@ static void test_concurrent_fsyncs_all_end_durable(void **state)
 		snprintf(name, sizeof(name), "f%d", i);
 		arg[i] = (struct syncer_arg){f->m, mkfile(f->m, ROOT, name), 0};
 		assert_int_equal(
-			pthread_create(&th[i], NULL, grow_and_sync, &arg[i]),
+			pthread_create(&th[i], NULL, shrink_and_sync, &arg[i]),
 			0);
 	}
 	for (int i = 0; i < N; i++) {
@@ -2496,7 +2510,7 @@ static void test_concurrent_fsyncs_all_end_durable(void **state)
 		uint64_t t;
 		assert_int_equal(meta_sync_begin(f->m, arg[i].ino, 1, &t), 0);
 		assert_int_equal(t, 0);
-		assert_int_equal(peek_inode(f->path, arg[i].ino, "size"), 300);
+		assert_int_equal(peek_inode(f->path, arg[i].ino, "size"), 1);
 	}
 }
 
@@ -2707,7 +2721,7 @@ int main(void)
 		T(test_an_orphans_last_forget_goes_with_the_next_commit),
 		T(test_an_orphans_times_wait_and_leave_it_clean),
 		T(test_an_orphan_lost_with_its_lazy_forget_is_gone_after),
-		T(test_fdatasync_commits_a_size_change_fsync_any),
+		T(test_fdatasync_commits_a_shrunk_size_fsync_any),
 		T(test_sync_tickets_cover_what_was_changed_before),
 		T(test_concurrent_fsyncs_all_end_durable),
 		T(test_close_commits_pending_changes),
