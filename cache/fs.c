@@ -263,7 +263,8 @@ static void recover_dirty_files(struct fs *fs)
 		    meta_setattr(fs->meta, v[i].ino, META_SET_GROW, &in,
 				 &out) == 0)
 			grown++;
-		if (!(a.dirty & META_DIRTY_DATA) &&
+		/* an unlinked file is never uploaded */
+		if (a.nlink && !(a.dirty & META_DIRTY_DATA) &&
 		    meta_set_dirty(fs->meta, v[i].ino, META_DIRTY_DATA) == 0)
 			marked++;
 	}

@@ -519,3 +519,29 @@ def test_bytes_the_cache_holds_past_the_store_are_taken_back_at_start(
         assert m.unmount() == 0, m.output()
     assert body(s3, f"{prefix}/dirty") == b"a" * 4096 + b"b" * 8192
     assert body(s3, f"{prefix}/clean") == b"c" * 100 + b"d" * 5000
+
+
+def test_an_unlinked_open_file_written_after_its_upload_is_not_queued(
+        volume, tmp_path):
+    """An unlinked file is never uploaded, so a write to it through a
+    descriptor still open leaves its dirty flag clear while its cache file
+    holds dirty bytes. A worker that takes over keeps it for the kernel,
+    and its start leaves it out of the upload queue (it said it queued
+    it before)."""
+    url, _ = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
+    root = Path(m.mountpoint)
+    try:
+        fd = os.open(root / "f", os.O_CREAT | os.O_RDWR, 0o644)
+        os.write(fd, b"uploaded\n")
+        os.fsync(fd)  # --durability s3: in S3, clean
+        os.unlink(root / "f")
+        os.pwrite(fd, b"U", 0)
+        os.fsync(fd)
+        kill_worker(m)
+        assert os.pread(fd, 100, 0) == b"Uploaded\n"
+        os.close(fd)
+        assert "recovered from the cache files" not in m.output(), \
+            m.output()
+    finally:
+        assert m.unmount() == 0, m.output()
