@@ -25,6 +25,7 @@ PY=/usr/bin/python3
 ETC=$DIR/etc RUN=$DIR/run LOG=$DIR/log DEVICES=$DIR/devices CACHE=$DIR/cache
 # Start order; "updater" (swift-object-updater) retries container listing
 # updates that the object server could not deliver in time (async pendings).
+# The proxy comes last, once the storage servers answer (see cmd_start).
 COMPONENTS=(memcached account container object updater proxy)
 START_TIMEOUT=60
 
@@ -131,6 +132,11 @@ write_configs() {
 	object_chunk_size = 1048576
 	client_chunk_size = 1048576
 	node_timeout = 60
+	# Each ring has one node, so shutting a node out after errors (default:
+	# more than 10 in 60 s) never sends a request elsewhere; it only turns a
+	# blip into a minute of 503s ("Please reduce your request rate") for
+	# every bucket. Forget errors after one quiet second instead.
+	error_suppression_interval = 1
 
 	[filter:s3api]
 	use = egg:swift#s3api
@@ -182,26 +188,36 @@ write_rings() {
 	echo "$stamp" >"$ETC/rings.stamp"
 }
 
-# s3_check TIMEOUT: waits until memcached and the storage servers answer and
-# a signed S3 ListBuckets succeeds; prints the last error on timeout.
+# s3_check TIMEOUT [storage]: waits until memcached and the storage servers
+# answer and, unless "storage" is given, until signed S3 requests for the
+# account (ListBuckets) and for a bucket (HEAD, 404 counts: the container
+# server answered) succeed; prints the last error on timeout.
 s3_check() {
-	"$PY" -I - "$1" "$PORT" "$MC_PORT" "$ACCT_PORT" "$CONT_PORT" "$OBJ_PORT" <<-'EOF'
+	"$PY" -I - "$1" "${2:-s3}" "$PORT" "$MC_PORT" "$ACCT_PORT" "$CONT_PORT" "$OBJ_PORT" <<-'EOF'
 	import os, socket, sys, time, urllib.request
 	for k in list(os.environ):  # no proxies, profiles or CA bundles
 	    if k.lower().endswith("_proxy") or k.startswith("AWS_"):
 	        del os.environ[k]
-	import boto3, botocore.config
+	import boto3, botocore.config, botocore.exceptions
 	deadline = time.time() + float(sys.argv[1])
-	port, mc_port, storage_ports = sys.argv[2], sys.argv[3], sys.argv[4:]
+	what, port, mc_port, storage_ports = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 	cfg = botocore.config.Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10)
 	s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
 	                  aws_access_key_id="test:tester", aws_secret_access_key="testing", config=cfg)
+	def head_bucket():
+	    try:
+	        s3.head_bucket(Bucket="s3-local-ready-probe")
+	    except botocore.exceptions.ClientError as e:
+	        if e.response["Error"]["Code"] not in ("404", "NoSuchBucket"):
+	            raise
 	while True:
 	    try:
 	        socket.create_connection(("127.0.0.1", int(mc_port)), timeout=2).close()
 	        for p in storage_ports:
 	            urllib.request.urlopen(f"http://127.0.0.1:{p}/healthcheck", timeout=2).read()
-	        s3.list_buckets()
+	        if what != "storage":
+	            s3.list_buckets()
+	            head_bucket()
 	        sys.exit(0)
 	    except Exception as e:
 	        err = f"{type(e).__name__}: {e}"
@@ -242,8 +258,11 @@ cmd_start() {
 	write_swift_conf
 	write_configs
 	write_rings
-	for c in "${COMPONENTS[@]}"; do spawn "$c"; done
-	if ! s3_check "$START_TIMEOUT"; then
+	# Clients retrying through a restart reach the proxy the moment it
+	# listens; were a storage server not listening yet, each of their
+	# requests would be an error against it. So the proxy starts last.
+	for c in "${COMPONENTS[@]}"; do [ "$c" = proxy ] || spawn "$c"; done
+	if ! s3_check "$START_TIMEOUT" storage || ! { spawn proxy && s3_check "$START_TIMEOUT"; }; then
 		for c in "${COMPONENTS[@]}"; do
 			echo "--- $c ($(pid_of "$c" >/dev/null && echo running || echo NOT running)): tail of $LOG/$c.log" >&2
 			tail -n 15 "$LOG/$c.log" >&2 || true
