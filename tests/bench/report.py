@@ -53,7 +53,7 @@ class Results:
     def __init__(self):
         self.values = {}    # fid -> target -> [values]
         self.failed = {}    # fid -> target -> reason
-        self.notes = {}     # fid -> [text]
+        self.notes = {}     # fid -> text -> [targets it names, if any]
         self.counts = {}    # fid -> target -> [how many files a capped run reached]
 
     def add(self, fid, target, value):
@@ -62,10 +62,16 @@ class Results:
     def fail(self, fid, target, reason):
         self.failed.setdefault(fid, {}).setdefault(target, reason)
 
-    def note(self, fid, text):
-        n = self.notes.setdefault(fid, [])
-        if text not in n:
-            n.append(text)
+    def note(self, fid, text, target=None):
+        """A note on fid; one given with a target is one line for every
+        target it is given with ("text: a, b")."""
+        who = self.notes.setdefault(fid, {}).setdefault(text, [])
+        if target and target not in who:
+            who.append(target)
+
+    def note_lines(self, fid):
+        return [f"{text}: {', '.join(who)}" if who else text
+                for text, who in self.notes.get(fid, {}).items()]
 
     def count(self, fid, target, n):
         self.counts.setdefault(fid, {}).setdefault(target, []).append(n)
@@ -210,7 +216,7 @@ def failures_and_notes(figs, res):
         for t, why in res.failed.get(f.id, {}).items():
             lines.append(f"failed: {f.label} on {t}: {why}")
     for f in figs:
-        for n in res.notes.get(f.id, []):
+        for n in res.note_lines(f.id):
             lines.append(f"note: {f.label}: {n}")
         c = res.counts.get(f.id)
         if c:
@@ -232,7 +238,7 @@ def to_json(figs, res, meta):
                "ratio_vs_best_peer": better_ratio(f, tv, bp[1]) if bp else None,
                "best_peer": bp[0] if bp else None,
                "raw_reference": raw_value(f, res),
-               "notes": res.notes.get(f.id, []), "capped_counts": res.counts.get(f.id, {}),
+               "notes": res.note_lines(f.id), "capped_counts": res.counts.get(f.id, {}),
                "targets": {}}
         for t, _ in COLUMNS:
             v = res.values.get(f.id, {}).get(t)

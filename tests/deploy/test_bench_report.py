@@ -43,3 +43,18 @@ def test_a_partial_run_still_gets_its_chart(tmp_path):
     gp = (tmp_path / "bench.gp").read_text()
     assert "tierfs-local" not in gp
     assert '"tierfs-s3"' in gp and '"rclone"' in gp and '"s3fs"' in gp
+
+
+def test_a_note_given_per_target_is_one_line_naming_them(tmp_path):
+    figs, res = grail_only()
+    cap = "stopped by the 2.5 s cap before the end of the file on"
+    for _ in range(3):  # three runs each
+        res.note("g1", cap, "s3fs")
+        res.note("g1", cap, "rclone")
+    res.note("g2", "grail only reads")
+    lines = report.failures_and_notes(figs, res)
+    assert lines == [f"note: cold read 1 KiB chunks, 1 reader: {cap}: s3fs, rclone",
+                     "note: cold read 4 MiB chunks, 64 readers: grail only reads"]
+    doc = report.to_json(figs, res, {})
+    assert [f["notes"] for f in doc["figures"]] == [[f"{cap}: s3fs, rclone"],
+                                                      ["grail only reads"]]
