@@ -31,9 +31,9 @@
 
 /* An open's first read, and a stream's first widened fetch, get 1 MiB:
  * against a local Swift a cold 4 KiB read took as long with 1 MiB as with
- * 128 KiB (16-23 ms), while 64 readers of a cold file sent half the GETs
- * and read twice as fast. 4 MiB cut GETs further but doubled that first
- * read (55 ms). */
+ * 128 KiB (medians 16-22 ms), while 64 readers of a cold file sent half
+ * the GETs and read faster. 4 MiB cut GETs further but made that first
+ * read slower (medians 28 and 56 ms). */
 #define DATA_DEFAULT_READAHEAD_MIN (1u << 20)
 #define DATA_DEFAULT_READAHEAD_MAX (16u << 20)
 /* sequential readers of one open file tracked: the table starts at MIN
