@@ -45,7 +45,7 @@ def test_a_partial_run_still_gets_its_chart(tmp_path):
     assert '"tierfs-s3"' in gp and '"rclone"' in gp and '"s3fs"' in gp
 
 
-def test_a_note_given_per_target_is_one_line_naming_them(tmp_path):
+def test_a_note_given_per_target_is_one_line_naming_them():
     figs, res = grail_only()
     cap = "stopped by the 2.5 s cap before the end of the file on"
     for _ in range(3):  # three runs each
