@@ -154,8 +154,21 @@ struct fetch_rec {
 	uint64_t start;
 	uint64_t end;
 	/* set while queued for a prefetch thread and not started: a reader
-	 * that needs it fetches it itself, a write drops it */
+	 * that needs it fetches it itself (unless it is a lead: see below),
+	 * a write drops it */
 	struct prefetch *job;
+	/* [start, landed) is in the cache file (data_fetch_landed()):
+	 * readers read it before the fetch ends */
+	uint64_t landed;
+	/* a reader waits for landed to reach this; UINT64_MAX: none does */
+	uint64_t wake_at;
+	/* a prefetch thread fetches it for no reader in particular, so it
+	 * stops once the file's last open is gone (cancel) */
+	int ahead;
+	int cancel;
+	/* a lead (data_config.lead): a reader waits for its bytes to land
+	 * rather than take it over */
+	int lead;
 };
 
 /* a fetch queued for the prefetch threads: f is referenced, and the
@@ -164,6 +177,13 @@ struct fetch_rec {
 struct prefetch {
 	struct data_file *f;
 	struct prefetch *next;
+	int lead; /* queued at the head */
+};
+
+/* the fetch callback's handle on its in-flight record */
+struct data_fetch {
+	struct data_file *f;
+	uint64_t start, end;
 };
 
 struct ra_stream {
@@ -915,20 +935,29 @@ static int inflight_add(struct data_file *f, uint64_t start, uint64_t end)
 		f->inflight = v;
 		f->capinflight = cap;
 	}
-	f->inflight[f->ninflight++] = (struct fetch_rec){start, end, NULL};
+	f->inflight[f->ninflight++] = (struct fetch_rec){
+		.start = start,
+		.end = end,
+		.landed = start,
+		.wake_at = UINT64_MAX,
+	};
 	return 0;
+}
+
+static struct fetch_rec *inflight_find(struct data_file *f, uint64_t start,
+				       uint64_t end)
+{
+	for (size_t i = 0; i < f->ninflight; i++)
+		if (f->inflight[i].start == start && f->inflight[i].end == end)
+			return &f->inflight[i];
+	return NULL;
 }
 
 static void inflight_del(struct data_file *f, uint64_t start, uint64_t end)
 {
-	for (size_t i = 0; i < f->ninflight; i++) {
-		if (f->inflight[i].start == start &&
-		    f->inflight[i].end == end) {
-			f->inflight[i] = f->inflight[--f->ninflight];
-			return;
-		}
-	}
-	assert(!"in-flight record not found");
+	struct fetch_rec *r = inflight_find(f, start, end);
+	assert(r);
+	*r = f->inflight[--f->ninflight];
 }
 
 /* The record of a queued prefetch, or NULL once a reader or a write took
@@ -998,19 +1027,50 @@ out:
 
 /* Fetches [s, e), which its caller marked in flight, straight into the
  * cache file. Drops f->lock while the callback runs; returns with it held,
- * the record gone and its waiters woken. */
+ * the record gone and its waiters woken. A fetch that failed or was
+ * stopped keeps the bytes it told of (data_fetch_landed()); a stopped
+ * one is no failure. */
 static int fetch_marked_locked(struct data_file *f, uint64_t s, uint64_t e)
 {
 	struct data *d = f->d;
+	struct data_fetch token = {f, s, e};
 	unlock_mutex(&f->lock);
 	ssize_t n = d->cfg.fetch(d->cfg.fetch_ctx, f->ino, s, e - s, f->fd,
-				 (off_t)s);
+				 (off_t)s, &token);
 	if (n > (ssize_t)(e - s))
 		n = -EIO; /* the callback broke its contract */
 	lock_mutex(&f->lock);
+	uint64_t landed = inflight_find(f, s, e)->landed;
 	inflight_del(f, s, e);
-	int rc = n < 0 ? (int)n : install_locked(f, s, e, (uint64_t)n);
+	int rc;
+	if (n >= 0) {
+		rc = install_locked(f, s, e, (uint64_t)n);
+	} else {
+		rc = landed > s ? install_locked(f, s, landed, landed - s) : 0;
+		if (n != -ECANCELED && !rc)
+			rc = (int)n;
+	}
 	broadcast(&f->fetched);
+	return rc;
+}
+
+int data_fetch_landed(struct data_fetch *t, uint64_t n)
+{
+	struct data_file *f = t->f;
+	int rc = 0;
+	lock_mutex(&f->lock);
+	struct fetch_rec *r = inflight_find(f, t->start, t->end);
+	if (r) {
+		uint64_t at = t->start + min_u64(n, t->end - t->start);
+		if (at > r->landed)
+			r->landed = at;
+		if (r->landed >= r->wake_at) {
+			r->wake_at = UINT64_MAX;
+			broadcast(&f->fetched);
+		}
+		rc = r->cancel ? -ECANCELED : 0;
+	}
+	unlock_mutex(&f->lock);
 	return rc;
 }
 
@@ -1027,6 +1087,8 @@ static void wait_fetches_locked(struct data_file *f, uint64_t s, uint64_t e)
 		}
 		if (r->job) { /* queued, not started: its thread skips it */
 			inflight_del(f, r->start, r->end);
+			/* a reader may wait on it (a lead) */
+			broadcast(&f->fetched);
 		} else {
 			int rc = pthread_cond_wait(&f->fetched, &f->lock);
 			if (rc)
@@ -1064,11 +1126,19 @@ static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e, int urgent)
 	return fetch_marked_locked(f, s, e);
 }
 
-/* Makes [start, min(end, size)) present. ra > 0 widens the fetch of the
+static int all_present(const struct data_file *f, uint64_t s, uint64_t e)
+{
+	uint64_t gs, ge;
+	return !ranges_first_gap(&f->present, s, e, &gs, &ge);
+}
+
+/* Makes [start, min(end, size)) present, or with landed_ok, present or
+ * landed in a fetch still under way (a reader's pread sees those bytes:
+ * no write or truncate runs over a fetch). ra > 0 widens the fetch of the
  * gap that reaches the request's end to ra bytes (*used is then set).
  * Called and returns with f->lock held. */
 static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
-		       uint64_t ra, int urgent, int *used)
+		       uint64_t ra, int urgent, int *used, int landed_ok)
 {
 	for (;;) {
 		uint64_t stop = min_u64(end, f->size), gs, ge;
@@ -1076,14 +1146,23 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 		    !ranges_first_gap(&f->present, start, stop, &gs, &ge))
 			return 0;
 		struct fetch_rec *r = (struct fetch_rec *)inflight_at(f, gs);
-		if (r && r->job) { /* queued, not started: fetch it here */
+		if (r && r->job && !(landed_ok && r->lead)) {
+			/* queued, not started: fetch it here */
 			r->job = NULL;
+			r->ahead = r->lead = 0;
 			int rc = fetch_marked_locked(f, r->start, r->end);
-			if (rc)
+			if (rc && !all_present(f, gs, stop))
 				return rc;
 			continue;
 		}
 		if (r) {
+			uint64_t need = min_u64(stop, r->end);
+			if (landed_ok && r->landed > gs) {
+				start = min_u64(r->landed, need);
+				continue;
+			}
+			if (landed_ok && need < r->wake_at)
+				r->wake_at = need;
 			int rc = pthread_cond_wait(&f->fetched, &f->lock);
 			if (rc)
 				die("pthread_cond_wait", rc);
@@ -1100,7 +1179,9 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 		}
 		fe = inflight_clip(f, gs, fe);
 		int rc = fetch_locked(f, gs, fe, urgent);
-		if (rc)
+		/* a fetch that failed after the bytes asked for landed is
+		 * no failure of this read */
+		if (rc && !all_present(f, gs, min_u64(stop, f->size)))
 			return rc;
 	}
 }
@@ -1145,11 +1226,46 @@ static unsigned plan_ahead_locked(struct data_file *f, uint64_t end,
 			free(p);
 			break;
 		}
-		*p = (struct prefetch){f, NULL};
+		*p = (struct prefetch){f, NULL, 0};
 		f->inflight[f->ninflight - 1].job = p;
+		f->inflight[f->ninflight - 1].ahead = 1;
 		out[n++] = p;
 	}
 	return n;
+}
+
+/* A lead for a sequential reader at off whose bytes [off, end) are not
+ * all present (see data_config.lead): the first gap in them, widened to
+ * max(ra, lead) bytes, marked in flight as queued; NULL when that gap is
+ * in flight already. The caller queues it (prefetch_queue(), at the head)
+ * and waits for its bytes to land, also when every thread is busy: 64
+ * readers then share the threads' few large GETs in turn, which is
+ * faster than 64 readers' small GETs at once against an S3 whose cost
+ * is per request. Called with f->lock held. */
+static struct prefetch *plan_lead_locked(struct data_file *f, uint64_t off,
+					 uint64_t end, uint64_t ra)
+{
+	struct data *d = f->d;
+	uint64_t gs, ge, x;
+	if (!ranges_first_gap(&f->present, off, min_u64(end, f->size), &gs,
+			      &ge) ||
+	    inflight_at(f, gs))
+		return NULL;
+	uint64_t want = max_u64(ra, d->cfg.lead);
+	uint64_t we = f->size - gs > want ? gs + want : f->size;
+	if (ranges_first_gap(&f->present, gs, we, &x, &ge))
+		assert(x == gs);
+	ge = inflight_clip(f, gs, ge);
+	struct prefetch *p = malloc(sizeof(*p));
+	if (!p || room_for(d, ge - gs, 0) || inflight_add(f, gs, ge)) {
+		free(p);
+		return NULL;
+	}
+	*p = (struct prefetch){f, NULL, 1};
+	struct fetch_rec *r = &f->inflight[f->ninflight - 1];
+	r->job = p;
+	r->ahead = r->lead = 1;
+	return p;
 }
 
 /* ---- public API ---- */
@@ -1163,6 +1279,7 @@ void data_config_init(struct data_config *cfg)
 	cfg->readahead_min = DATA_DEFAULT_READAHEAD_MIN;
 	cfg->readahead_max = DATA_DEFAULT_READAHEAD_MAX;
 	cfg->prefetch_threads = DATA_DEFAULT_PREFETCH_THREADS;
+	cfg->lead = DATA_DEFAULT_LEAD;
 }
 
 static int mkdir_p(const char *path)
@@ -1448,6 +1565,8 @@ int data_open(const struct data_config *cfg, struct data **out)
 	if (!d)
 		return -ENOMEM;
 	d->cfg = *cfg;
+	if (!d->cfg.lead)
+		d->cfg.lead = DATA_DEFAULT_LEAD;
 	d->path = strdup(cfg->dir);
 	if (!d->path) {
 		rc = -ENOMEM;
@@ -1692,8 +1811,8 @@ static void prefetch_end(struct prefetch *p, int run)
 	struct fetch_rec *r = inflight_of_job(f, p);
 	if (r && run) {
 		r->job = NULL; /* started */
-		/* a failure leaves the bytes absent: the read that needs
-		 * them fetches them and reports it */
+		/* a failure leaves the bytes that did not land absent:
+		 * the read that needs them fetches them and reports it */
 		(void)fetch_marked_locked(f, r->start, r->end);
 	} else if (r) {
 		inflight_del(f, r->start, r->end);
@@ -1704,7 +1823,8 @@ static void prefetch_end(struct prefetch *p, int run)
 	data_put(f);
 }
 
-/* Queues the n jobs plan_ahead_locked() made. */
+/* Queues the n jobs plan_ahead_locked() or plan_lead_locked() made: a
+ * lead at the head, the others at the tail. */
 static void prefetch_queue(struct data_file *f, struct prefetch **v, unsigned n)
 {
 	struct data *d = f->d;
@@ -1714,9 +1834,16 @@ static void prefetch_queue(struct data_file *f, struct prefetch **v, unsigned n)
 	for (unsigned i = 0; i < n; i++) {
 		lock_mutex(&d->pf_lock);
 		int stop = d->pf_stop;
-		if (!stop) {
+		if (!stop && v[i]->lead) {
+			v[i]->next = d->pf_head;
+			if (!d->pf_head)
+				d->pf_tail = &v[i]->next;
+			d->pf_head = v[i];
+		} else if (!stop) {
 			*d->pf_tail = v[i];
 			d->pf_tail = &v[i]->next;
+		}
+		if (!stop) {
 			int rc = pthread_cond_signal(&d->pf_wake);
 			if (rc)
 				die("pthread_cond_signal", rc);
@@ -1791,19 +1918,34 @@ static int prefetch_start(struct data *d)
 	return 0;
 }
 
-/* The read-ahead stream a read at off continues, or one for it to start:
- * a free one, a new one while every stream is in use and the table can
- * still double, or else the one read least recently. NULL: no memory. */
-static struct ra_stream *ra_stream_for(struct data_file *f, uint64_t off)
+/* The read-ahead stream a read at off continues (*seq set), or one for
+ * it to start: a free one, a new one while every stream is in use and the
+ * table can still double, or else the one read least recently. NULL: no
+ * memory. A read continues a stream that ended at off, or, once the
+ * stream has a window, one that ended within a window of off: the kernel
+ * sends the parts of one large read (and its read-ahead) as requests at
+ * once, and they reach the threads here in any order. */
+static struct ra_stream *ra_stream_for(struct data_file *f, uint64_t off,
+				       int *seq)
 {
-	struct ra_stream *old = NULL;
+	struct ra_stream *old = NULL, *near = NULL;
+	uint64_t near_by = UINT64_MAX;
+	*seq = 1;
 	for (unsigned i = 0; i < f->nra; i++) {
 		struct ra_stream *st = &f->ra[i];
 		if (st->used && st->next == off)
 			return st;
+		uint64_t by = off > st->next ? off - st->next : st->next - off;
+		if (st->used && by <= st->window && by < near_by) {
+			near = st;
+			near_by = by;
+		}
 		if (!old || st->used < old->used)
 			old = st;
 	}
+	if (near)
+		return near;
+	*seq = 0;
 	if ((!old || old->used) && f->nra < DATA_RA_STREAMS_MAX) {
 		unsigned n = f->nra ? 2 * f->nra : DATA_RA_STREAMS_MIN;
 		struct ra_stream *v = realloc(f->ra, n * sizeof(*v));
@@ -1841,6 +1983,8 @@ void data_open_read(struct data_file *f)
 {
 	lock_mutex(&f->lock);
 	f->ra_fresh++;
+	for (size_t i = 0; i < f->ninflight; i++)
+		f->inflight[i].cancel = 0; /* wanted again */
 	unlock_mutex(&f->lock);
 }
 
@@ -1849,15 +1993,20 @@ void data_opens_left(struct data_file *f, unsigned n)
 	lock_mutex(&f->lock);
 	if (f->ra_fresh > n)
 		f->ra_fresh = n;
-	/* no reader is left to want the pieces queued ahead: their threads
-	 * skip them (prefetch_end()) */
+	/* no reader is left to want the pieces fetched ahead: their threads
+	 * skip those queued (prefetch_end()) and stop those under way
+	 * (data_fetch_landed()) */
 	for (size_t i = 0; n == 0 && i < f->ninflight;) {
-		const struct fetch_rec *r = &f->inflight[i];
-		if (r->job)
+		struct fetch_rec *r = &f->inflight[i];
+		if (r->job) {
 			inflight_del(f, r->start, r->end);
-		else
-			i++;
+			continue;
+		}
+		r->cancel = r->ahead;
+		i++;
 	}
+	if (n == 0)
+		broadcast(&f->fetched); /* for a reader of a dropped lead */
 	unlock_mutex(&f->lock);
 }
 
@@ -1873,25 +2022,35 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 		return 0;
 	}
 	uint64_t end = off + min_u64(len, f->size - off);
-	struct ra_stream none = {0, 0, 0}, *st = ra_stream_for(f, off);
+	int seq;
+	struct ra_stream none = {0, 0, 0}, *st = ra_stream_for(f, off, &seq);
 	if (!st)
 		st = &none; /* no memory for a stream: no read-ahead */
 	uint64_t ra = 0;
-	if (st->used && st->next == off) {
+	if (seq) {
 		ra = st->window ? st->window : d->cfg.readahead_min;
+		st->next = max_u64(st->next, end); /* an earlier part late */
 	} else {
 		st->window = 0;
 		if (f->ra_fresh) { /* an open's first read */
 			f->ra_fresh--;
 			ra = d->cfg.readahead_min;
 		}
+		st->next = end;
 	}
-	st->next = end;
 	uint64_t tick = st->used = ++f->ra_tick;
 	/* fill_locked() may drop the lock: other readers can grow (move)
 	 * the table meanwhile, or take this stream over */
 	size_t si = st == &none ? 0 : (size_t)(st - f->ra);
-	int rc = fill_locked(f, off, end, ra, 0, &used);
+	struct prefetch *lead =
+		ra && d->npf ? plan_lead_locked(f, off, end, ra) : NULL;
+	if (lead) {
+		used = 1;
+		unlock_mutex(&f->lock);
+		prefetch_queue(f, &lead, 1);
+		lock_mutex(&f->lock);
+	}
+	int rc = fill_locked(f, off, end, ra, 0, &used, 1);
 	if (st != &none)
 		st = f->ra[si].used == tick ? &f->ra[si] : &none;
 	if (used)
@@ -2117,7 +2276,7 @@ int data_hydrate(struct data_file *f, uint64_t off, uint64_t len)
 	/* for an upload: it may use most of the reserve, or a full cache
 	 * disk whose dirty file needs a few bytes fetched could never free
 	 * itself */
-	int rc = fill_locked(f, off, end, 0, 1, &used);
+	int rc = fill_locked(f, off, end, 0, 1, &used, 0);
 	check_file(f);
 	unlock_mutex(&f->lock);
 	return rc;
@@ -2128,8 +2287,8 @@ int data_hydrate(struct data_file *f, uint64_t off, uint64_t len)
 static int fetch_into(struct data_file *f, int fd, uint64_t s, uint64_t e)
 {
 	struct data *d = f->d;
-	ssize_t n =
-		d->cfg.fetch(d->cfg.fetch_ctx, f->ino, s, e - s, fd, (off_t)s);
+	ssize_t n = d->cfg.fetch(d->cfg.fetch_ctx, f->ino, s, e - s, fd,
+				 (off_t)s, NULL);
 	if (n > (ssize_t)(e - s))
 		n = -EIO; /* the callback broke its contract */
 	return n < 0 ? (int)n : 0;

@@ -44,14 +44,29 @@
  * DATA_PREFETCH_PIECE bytes; 0: a read fetches only what it waits for */
 #define DATA_DEFAULT_PREFETCH_THREADS 8
 #define DATA_PREFETCH_PIECE (8u << 20)
+/* see data_config.lead */
+#define DATA_DEFAULT_LEAD (8u << 20)
 #define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
 #define DATA_DEFAULT_RESERVE (64ull << 20)
 
+/* A fetch under way, for data_fetch_landed(). */
+struct data_fetch;
+
 /* Fills bytes [off, off+len) of the object behind ino into fd at fd_off
  * (pwrite). Returns the bytes written (fewer only at the object's end),
- * or -errno. Called without any data lock held. */
+ * or -errno. Called without any data lock held. fetch (NULL for fetches
+ * nobody reads while they run) is for data_fetch_landed(). */
 typedef ssize_t (*data_fetch_fn)(void *ctx, uint64_t ino, uint64_t off,
-				 uint64_t len, int fd, off_t fd_off);
+				 uint64_t len, int fd, off_t fd_off,
+				 struct data_fetch *fetch);
+
+/* The fetch callback tells this as the bytes land: the first n bytes of
+ * its range are in fd. Readers of them go on before the fetch ends, so a
+ * large fetch costs a reader no more than its own bytes. Returns
+ * -ECANCELED when no one wants the rest (a prefetch whose file's last
+ * open is gone): the callback then stops and returns -ECANCELED, and the
+ * bytes told of are kept. */
+int data_fetch_landed(struct data_fetch *fetch, uint64_t n);
 
 struct data_config {
 	const char *dir;     /* CACHE_DIR/data; created if absent */
@@ -66,6 +81,11 @@ struct data_config {
 	/* background fetches keep up to twice the window ahead of a
 	 * sequential reader (data_read()); 0 threads: none */
 	unsigned prefetch_threads;
+	/* with prefetch threads, a sequential reader's miss is fetched by
+	 * one of them (first in the queue) in one GET of this many bytes,
+	 * and the reader goes on as its own bytes land (data_fetch_landed()):
+	 * few large GETs, with the latency of small ones. 0: the default */
+	uint32_t lead;
 	data_fetch_fn fetch;
 	void *fetch_ctx;
 };
@@ -102,7 +122,8 @@ void data_put(struct data_file *f);
  * this once per open. */
 void data_open_read(struct data_file *f);
 /* n opens of f are left (data_open_read() credits above n are dropped);
- * at 0, so are the prefetch pieces queued and not started. */
+ * at 0, so are the prefetch pieces queued and not started, and those
+ * under way stop at their next bytes (data_fetch_landed()). */
 void data_opens_left(struct data_file *f, unsigned n);
 
 /* Reads [off, off+len), first fetching the missing ranges (one fetch per

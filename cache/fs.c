@@ -1044,8 +1044,13 @@ static void *flusher_main(void *arg)
 
 /* --- object fetches for the data cache ------------------------------------ */
 
+static int fs_fetch_landed(void *arg, uint64_t bytes)
+{
+	return data_fetch_landed(arg, bytes);
+}
+
 static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
-			int fd, off_t fd_off)
+			int fd, off_t fd_off, struct data_fetch *fetch)
 {
 	struct fs *fs = ctx;
 	struct meta_attr a;
@@ -1061,11 +1066,13 @@ static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 		return rc;
 	meta_get_etag(fs->meta, ino, etag, sizeof(etag));
 	int pinned = fs_etag_known(etag);
-	ssize_t n = s3_get_parallel(fs->s3, fs->bucket, key, off, len, fd,
-				    fd_off, pinned ? etag : NULL, &e);
+	struct s3_landed tell = {fs_fetch_landed, fetch};
+	ssize_t n =
+		s3_get_parallel(fs->s3, fs->bucket, key, off, len, fd, fd_off,
+				pinned ? etag : NULL, fetch ? &tell : NULL, &e);
 	if (n == -ERANGE || n == -ENOENT)
 		n = 0; /* past the end, or never uploaded: zeros */
-	else if (n < 0)
+	else if (n < 0 && n != -ECANCELED)
 		fs_log("read of '%s' at %llu failed: %s: %s", key,
 		       (unsigned long long)off, e.code, e.message);
 	free(key);

@@ -516,7 +516,9 @@ struct req {
 	char *sink_buf; /* or this buffer */
 	size_t sink_cap;
 	uint64_t sink_pos;
-	int sink_err;	      /* -errno from the sink */
+	int sink_err;			/* -errno from the sink */
+	const struct s3_landed *landed; /* told as sink_fd fills */
+	uint64_t landed_max;		/* what it was last told */
 	const char *sink_why; /* what was wrong with the body, when not ours */
 	/* a ranged GET's: a 200 to it is the whole object, from byte 0 */
 	int ranged;
@@ -742,6 +744,13 @@ static size_t on_body_write(char *data, size_t size, size_t nmemb, void *ctx)
 		done += (size_t)n;
 	}
 	r->sink_pos += len;
+	if (r->landed && r->sink_pos > r->landed_max) {
+		r->landed_max = r->sink_pos;
+		if (r->landed->fn(r->landed->arg, r->sink_pos)) {
+			r->sink_err = -ECANCELED;
+			return 0;
+		}
+	}
 	return len;
 }
 
@@ -1493,6 +1502,19 @@ ssize_t s3_get_fd(s3_client *c, const char *bucket, const char *key,
 	r.sink_fd = fd;
 	r.sink_off = fd_off;
 	return get_common(c, &r, off, len, if_match, info, err);
+}
+
+ssize_t s3_get_fd_landed(s3_client *c, const char *bucket, const char *key,
+			 uint64_t off, uint64_t len, int fd, off_t fd_off,
+			 const char *if_match, const struct s3_landed *landed,
+			 struct s3_error *err)
+{
+	struct req r;
+	req_init(&r, "GET", bucket, key);
+	r.sink_fd = fd;
+	r.sink_off = fd_off;
+	r.landed = landed;
+	return get_common(c, &r, off, len, if_match, NULL, err);
 }
 
 static int put_common(s3_client *c, struct req *r,

@@ -221,6 +221,19 @@ ssize_t s3_get_fd(s3_client *c, const char *bucket, const char *key,
 		  uint64_t off, uint64_t len, int fd, off_t fd_off,
 		  const char *if_match, struct s3_object_info *info,
 		  struct s3_error *err);
+/* Told as a GET's body lands in its fd: how many bytes from the start of
+ * the range are written, a prefix that only grows (a retry that writes
+ * the same bytes again is not told twice). A nonzero return stops the GET,
+ * which then fails with -ECANCELED. */
+struct s3_landed {
+	int (*fn)(void *arg, uint64_t bytes);
+	void *arg;
+};
+/* s3_get_fd() that tells landed (optional) as the body lands. */
+ssize_t s3_get_fd_landed(s3_client *c, const char *bucket, const char *key,
+			 uint64_t off, uint64_t len, int fd, off_t fd_off,
+			 const char *if_match, const struct s3_landed *landed,
+			 struct s3_error *err);
 /* PUT from memory. etag_out (optional) is S3_ETAG_MAX bytes. */
 int s3_put_buf(s3_client *c, const char *bucket, const char *key,
 	       const void *buf, size_t len, const struct s3_put_opts *opts,
@@ -342,10 +355,13 @@ int s3_upload_fd_reuse(s3_client *c, const char *bucket, const char *key,
 int s3_download_fd(s3_client *c, const char *bucket, const char *key, int fd,
 		   struct s3_object_info *info, struct s3_error *err);
 /* Ranged GET of [off, off+len) into fd at fd_off using up to cfg.parallel
- * parallel requests of cfg.part_size. Returns bytes written or -errno. */
+ * parallel requests of cfg.part_size. landed (optional) is told the
+ * prefix of the range that is written, as the parts land. Returns bytes
+ * written or -errno. */
 ssize_t s3_get_parallel(s3_client *c, const char *bucket, const char *key,
 			uint64_t off, uint64_t len, int fd, off_t fd_off,
-			const char *if_match, struct s3_error *err);
+			const char *if_match, const struct s3_landed *landed,
+			struct s3_error *err);
 
 /* --- errors ------------------------------------------------------------- */
 

@@ -36,11 +36,19 @@ struct xfer {
 	const unsigned char *source; /* reuse: nparts s3_part_source */
 	int alt_fd;		     /* reuse: for S3_PART_ALT parts */
 
+	/* download: told the prefix of the range that landed */
+	const struct s3_landed *landed;
+
 	atomic_uint next;
 	atomic_int failed;
 	pthread_mutex_t lock;
 	int rc;		     /* protected by lock: the first failure */
 	struct s3_error err; /* protected by lock */
+	/* protected by lock, with landed: bytes landed per part, and the
+	 * first part not whole yet */
+	uint64_t *part_landed;
+	unsigned lead;
+	int stopped; /* landed said stop: every part stops */
 };
 
 static void xfer_fail(struct xfer *x, int rc, const struct s3_error *e)
@@ -90,13 +98,44 @@ static int upload_or_copy_part(struct xfer *x, unsigned i, struct s3_error *e)
 				       x->if_match, x->parts[i].etag, e);
 }
 
+struct part_landed {
+	struct xfer *x;
+	unsigned i;
+};
+
+/* A part's bytes landed: tells x->landed the whole parts before the first
+ * part not whole, and that part's bytes. */
+static int part_landed(void *arg, uint64_t bytes)
+{
+	const struct part_landed *pl = arg;
+	struct xfer *x = pl->x;
+	pthread_mutex_lock(&x->lock);
+	x->part_landed[pl->i] = bytes;
+	int rc = x->stopped;
+	if (!rc && pl->i == x->lead) {
+		while (x->lead < x->nparts &&
+		       x->part_landed[x->lead] == part_len(x, x->lead))
+			x->lead++;
+		uint64_t prefix = x->len;
+		if (x->lead < x->nparts)
+			prefix = (uint64_t)x->lead * x->part +
+				 x->part_landed[x->lead];
+		rc = x->stopped = x->landed->fn(x->landed->arg, prefix) != 0;
+	}
+	pthread_mutex_unlock(&x->lock);
+	return rc;
+}
+
 static int download_part(struct xfer *x, unsigned i, struct s3_error *e)
 {
 	uint64_t start = (uint64_t)i * x->part;
 	uint64_t n = part_len(x, i);
+	struct part_landed pl = {x, i};
+	struct s3_landed tell = {part_landed, &pl};
 	ssize_t got =
-		s3_get_fd(x->c, x->bucket, x->key, x->off + start, n, x->fd,
-			  x->fd_off + (off_t)start, x->if_match, NULL, e);
+		s3_get_fd_landed(x->c, x->bucket, x->key, x->off + start, n,
+				 x->fd, x->fd_off + (off_t)start, x->if_match,
+				 x->part_landed ? &tell : NULL, e);
 	if (got >= 0 && (uint64_t)got != n) {
 		snprintf(e->message, sizeof(e->message),
 			 "range at %llu: got %zd of %llu bytes",
@@ -239,7 +278,8 @@ int s3_upload_fd_reuse(s3_client *c, const char *bucket, const char *key,
 
 ssize_t s3_get_parallel(s3_client *c, const char *bucket, const char *key,
 			uint64_t off, uint64_t len, int fd, off_t fd_off,
-			const char *if_match, struct s3_error *err)
+			const char *if_match, const struct s3_landed *landed,
+			struct s3_error *err)
 {
 	struct xfer x;
 	if (len == 0)
@@ -247,13 +287,22 @@ ssize_t s3_get_parallel(s3_client *c, const char *bucket, const char *key,
 	xfer_init(&x, c, bucket, key, fd, len);
 	if (x.nparts == 1) {
 		pthread_mutex_destroy(&x.lock);
-		return s3_get_fd(c, bucket, key, off, len, fd, fd_off, if_match,
-				 NULL, err);
+		return s3_get_fd_landed(c, bucket, key, off, len, fd, fd_off,
+					if_match, landed, err);
 	}
 	x.off = off;
 	x.fd_off = fd_off;
 	x.if_match = if_match;
+	x.landed = landed;
+	if (landed) {
+		x.part_landed = calloc(x.nparts, sizeof(*x.part_landed));
+		if (!x.part_landed) {
+			pthread_mutex_destroy(&x.lock);
+			return -ENOMEM;
+		}
+	}
 	int rc = xfer_run(&x, download_part, err);
+	free(x.part_landed);
 	pthread_mutex_destroy(&x.lock);
 	return rc ? rc : (ssize_t)len;
 }
@@ -281,7 +330,7 @@ int s3_download_fd(s3_client *c, const char *bucket, const char *key, int fd,
 	if (rc == 0 && first.size > (uint64_t)got) {
 		ssize_t n = s3_get_parallel(c, bucket, key, (uint64_t)got,
 					    first.size - (uint64_t)got, fd,
-					    (off_t)got, first.etag, err);
+					    (off_t)got, first.etag, NULL, err);
 		if (n < 0)
 			rc = (int)n;
 	}

@@ -334,7 +334,7 @@ static void test_200mib_streams_both_ways_with_bounded_memory(void **state)
 	int dst = open("/var/tmp", O_TMPFILE | O_RDWR, 0600);
 	uint64_t off = 3 * (1 << 20) + 17, len = 50 * (1 << 20) + 5;
 	assert_int_equal(s3_get_parallel(E(state)->c, E(state)->bucket, key,
-					 off, len, dst, 4096, NULL, &e),
+					 off, len, dst, 4096, NULL, NULL, &e),
 			 (ssize_t)len);
 	/* 200 MiB went through four times; memory grew by far less */
 	long grew = max_rss_kib() - rss0;
@@ -353,6 +353,75 @@ static void test_200mib_streams_both_ways_with_bounded_memory(void **state)
 	fprintf(stderr, "max RSS grew by %ld KiB for 200 MiB transfers\n",
 		grew);
 	assert_true(grew < 96 * 1024);
+}
+
+struct landed_log {
+	int fd;		  /* where the GET writes, from byte 0 */
+	const int *src;	  /* the object's bytes, in a file */
+	uint64_t off;	  /* the range's first byte in the object */
+	uint64_t last;	  /* the last prefix told */
+	unsigned calls;	  /* times told */
+	uint64_t stop_at; /* stop the GET once this much landed */
+	int bad_prefix;	  /* a prefix told that was not in fd yet */
+	int shrank;	  /* a prefix told smaller than one before */
+};
+
+/* Checks each prefix told against the file: every byte of it is there. */
+static int on_landed(void *arg, uint64_t bytes)
+{
+	struct landed_log *l = arg;
+	static char a[64 << 10], b[64 << 10];
+	if (bytes < l->last)
+		l->shrank = 1;
+	uint64_t from = l->last;
+	for (; from < bytes; from += sizeof(a)) {
+		size_t n = bytes - from < sizeof(a) ? (size_t)(bytes - from)
+						    : sizeof(a);
+		if (pread(l->fd, a, n, (off_t)from) != (ssize_t)n ||
+		    pread(*l->src, b, n, (off_t)(l->off + from)) !=
+			    (ssize_t)n ||
+		    memcmp(a, b, n))
+			l->bad_prefix = 1;
+	}
+	l->last = bytes;
+	l->calls++;
+	return bytes >= l->stop_at;
+}
+
+/* A parallel ranged GET tells, as parts land, the prefix of the range
+ * that is in the file, in order and in many steps, ending at the whole
+ * range; a nonzero answer stops it with -ECANCELED. */
+static void test_a_parallel_get_tells_the_prefix_landed_and_stops(void **state)
+{
+	char key[256], etag[S3_ETAG_MAX];
+	struct s3_error e;
+	const uint64_t len = 3 * (8u << 20) + 12345; /* parts of 8 MiB */
+	int src = random_file(len + 7);
+	K(state, key, sizeof(key), "big/landed.bin");
+	assert_int_equal(s3_upload_fd(E(state)->c, E(state)->bucket, key, src,
+				      0, len + 7, NULL, etag, &e),
+			 0);
+	int dst = open("/var/tmp", O_TMPFILE | O_RDWR, 0600);
+	struct landed_log l = {dst, &src, 7, 0, 0, UINT64_MAX, 0, 0};
+	struct s3_landed tell = {on_landed, &l};
+	assert_int_equal(s3_get_parallel(E(state)->c, E(state)->bucket, key, 7,
+					 len, dst, 0, NULL, &tell, &e),
+			 (ssize_t)len);
+	assert_int_equal(l.last, len);
+	assert_false(l.bad_prefix);
+	assert_false(l.shrank);
+	assert_true(l.calls > 4 * 4); /* as it lands, not per part */
+
+	/* stopped after 1 MiB: it says so, and no more is told */
+	assert_int_equal(ftruncate(dst, 0), 0);
+	l = (struct landed_log){dst, &src, 7, 0, 0, 1u << 20, 0, 0};
+	assert_int_equal(s3_get_parallel(E(state)->c, E(state)->bucket, key, 7,
+					 len, dst, 0, NULL, &tell, &e),
+			 -ECANCELED);
+	assert_false(l.bad_prefix);
+	assert_true(l.last < len);
+	close(dst);
+	close(src);
 }
 
 static void test_delete_object_is_idempotent(void **state)
@@ -861,6 +930,8 @@ int main(void)
 		cmocka_unit_test(
 			test_200mib_streams_both_ways_with_bounded_memory),
 		cmocka_unit_test(test_delete_object_is_idempotent),
+		cmocka_unit_test(
+			test_a_parallel_get_tells_the_prefix_landed_and_stops),
 		cmocka_unit_test(test_copy_object_keeps_or_replaces_metadata),
 		cmocka_unit_test(
 			test_list_over_1000_keys_pages_and_batch_delete),

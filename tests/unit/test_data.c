@@ -41,6 +41,11 @@ struct fake {
 	int block; /* post `started`, then wait on `gate` */
 	/* the same for fetches at or past these offsets only (EIO) */
 	uint64_t fail_from, block_from;
+	/* a fetch longer than this lands this many bytes (telling
+	 * data_fetch_landed()), then posts `started` and waits on `gate` */
+	uint64_t stall_after;
+	uint64_t fail_after; /* a fetch fails (EIO) once this many landed */
+	int cancelled;	     /* fetches data_fetch_landed() stopped */
 	sem_t started;
 	sem_t gate;
 };
@@ -58,8 +63,10 @@ static unsigned char obj_byte(uint64_t i)
 	return (unsigned char)(1 + i % 251); /* never 0: zeros stand out */
 }
 
+#define FAKE_CHUNK 4096 /* bytes landed per data_fetch_landed() */
+
 static ssize_t fake_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
-			  int fd, off_t fd_off)
+			  int fd, off_t fd_off, struct data_fetch *fetch)
 {
 	struct fake *fk = ctx;
 	(void)ino;
@@ -71,6 +78,10 @@ static ssize_t fake_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 	fk->calls++;
 	int block = fk->block || off >= fk->block_from;
 	int err = fk->err ? fk->err : off >= fk->fail_from ? EIO : 0;
+	uint64_t stall = fk->stall_after && len > fk->stall_after
+				 ? fk->stall_after
+				 : UINT64_MAX;
+	uint64_t fail = fk->fail_after ? fk->fail_after : UINT64_MAX;
 	pthread_mutex_unlock(&fk->lock);
 	if (block) {
 		sem_post(&fk->started);
@@ -81,8 +92,25 @@ static ssize_t fake_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 	size_t n = off >= fk->objlen ? 0 : fk->objlen - off;
 	if (n > len)
 		n = len;
-	if (n && pwrite(fd, fk->obj + off, n, fd_off) != (ssize_t)n)
-		return -EIO;
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < FAKE_CHUNK ? n - done : FAKE_CHUNK;
+		if (pwrite(fd, fk->obj + off + done, k, fd_off + (off_t)done) !=
+		    (ssize_t)k)
+			return -EIO;
+		done += k;
+		if (fetch && data_fetch_landed(fetch, done) == -ECANCELED) {
+			pthread_mutex_lock(&fk->lock);
+			fk->cancelled++;
+			pthread_mutex_unlock(&fk->lock);
+			return -ECANCELED;
+		}
+		if (done == stall) {
+			sem_post(&fk->started);
+			sem_wait(&fk->gate);
+		}
+		if (done >= fail && done < n)
+			return -EIO;
+	}
 	return (ssize_t)n;
 }
 
@@ -115,6 +143,7 @@ static int setup(void **state)
 	e->cfg.free_floor = 0;
 	e->cfg.readahead_min = RA_MIN;
 	e->cfg.readahead_max = RA_MAX;
+	e->cfg.lead = 2 * RA_MIN;
 	e->cfg.prefetch_threads = 0; /* each test that counts fetches sees
 					only the reads' own (prefetch tests
 					reopen with threads) */
@@ -414,11 +443,14 @@ static void test_a_sequential_reader_finds_what_follows_fetched(void **state)
 	assert_int_equal(data_read(f, buf, 4096, 0), 4096); /* exact */
 	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
 	expect_obj(buf, 4 * K, 4096);
-	/* the read fetched [4, 20) KiB, and its window is 32 KiB now: of
-	 * the 64 KiB after the reader, [20, 52) comes with no read asking
-	 * ([52, 72) is less than a piece: it waits for a later read) */
-	await_present(f, "0-53248");
+	/* a prefetch thread fetched the read's lead, [4, 36) KiB, and the
+	 * window is 32 KiB now: of the 64 KiB after the reader, [36, 68)
+	 * comes with no read asking ([68, 72) is less than a piece: it
+	 * waits for a later read) */
+	await_present(f, "0-69632");
 	assert_int_equal(fake_calls(e), 3);
+	expect_call(e, 1, 4 * K, 32 * K);
+	expect_call(e, 2, 36 * K, 32 * K);
 	/* and so on to the end: each byte fetched once, and read right */
 	for (uint64_t off = 8 * K; off < size; off += 4 * K) {
 		assert_int_equal(data_read(f, buf, 4096, off), 4096);
@@ -441,7 +473,7 @@ static void test_a_failed_prefetch_leaves_its_bytes_to_the_reader(void **state)
 	unsigned char buf[4096];
 	const uint64_t K = 1024;
 	with_prefetch_threads(e, 2);
-	e->fk.fail_from = 20 * K; /* the read-ahead pieces fail */
+	e->fk.fail_from = 36 * K; /* the read-ahead pieces fail */
 	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
 	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
 	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
@@ -449,13 +481,13 @@ static void test_a_failed_prefetch_leaves_its_bytes_to_the_reader(void **state)
 		usleep(1000);
 	/* the reader that needs them fetches them, and says it failed */
 	assert_int_equal(data_read(f, buf, 4096, 8 * K), 4096);
-	assert_int_equal(data_read(f, buf, 4096, 20 * K), -EIO);
-	expect_present(f, "0-20480");
+	assert_int_equal(data_read(f, buf, 4096, 36 * K), -EIO);
+	expect_present(f, "0-36864");
 	pthread_mutex_lock(&e->fk.lock);
 	e->fk.fail_from = UINT64_MAX;
 	pthread_mutex_unlock(&e->fk.lock);
-	assert_int_equal(data_read(f, buf, 4096, 20 * K), 4096);
-	expect_obj(buf, 20 * K, 4096);
+	assert_int_equal(data_read(f, buf, 4096, 36 * K), 4096);
+	expect_obj(buf, 36 * K, 4096);
 	data_put(f);
 }
 
@@ -465,14 +497,15 @@ static void *closer_main(void *d)
 	return NULL;
 }
 
-/* With one prefetch thread: two sequential reads of object 1 start a
- * prefetch of [20, 52) KiB whose fetch blocks; returns once it has. */
+/* With one prefetch thread: two sequential reads of object 1 have it
+ * fetch their lead, [4, 36) KiB, then a piece ahead, [36, 68) KiB, whose
+ * fetch blocks; returns once it has. */
 static struct data_file *start_stuck_prefetch(struct env *e)
 {
 	struct data_file *f;
 	unsigned char buf[4096];
 	with_prefetch_threads(e, 1);
-	e->fk.block_from = 20 * 1024;
+	e->fk.block_from = 36 * 1024;
 	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
 	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
 	assert_int_equal(data_read(f, buf, 4096, 4096), 4096);
@@ -480,37 +513,37 @@ static struct data_file *start_stuck_prefetch(struct env *e)
 	return f;
 }
 
-/* When the last open goes, the pieces queued ahead and not started are
- * dropped: 64 readers that stop must not leave the prefetch threads
- * fetching for seconds ahead of the next file's readers. The piece in
- * flight lands. */
+/* When the last open goes, the pieces fetched ahead are dropped: those
+ * queued are skipped, and the one under way stops at its next bytes,
+ * keeping those that landed. 64 readers that stop must not leave the
+ * prefetch threads fetching for seconds ahead of the next file's
+ * readers. */
 static void test_the_last_close_drops_prefetches_not_started(void **state)
 {
 	struct env *e = *state;
 	unsigned char buf[4096];
 	const uint64_t K = 1024;
 	struct data_file *f = start_stuck_prefetch(e);
-	for (uint64_t off = 8 * K; off < 20 * K; off += 4 * K)
+	for (uint64_t off = 8 * K; off < 36 * K; off += 4 * K)
 		assert_int_equal(data_read(f, buf, 4096, off), 4096);
-	/* [52, 84) KiB is queued behind the stuck piece now */
+	/* [68, 100) KiB is queued behind the stuck piece now */
+	assert_int_equal(fake_calls(e), 3);
 	data_opens_left(f, 0);
 	pthread_mutex_lock(&e->fk.lock);
 	e->fk.block_from = UINT64_MAX;
 	pthread_mutex_unlock(&e->fk.lock);
 	assert_int_equal(sem_post(&e->fk.gate), 0);
-	struct ranges r = RANGES_INIT;
-	for (int i = 0; i < 500; i++) { /* the stuck piece lands */
-		assert_int_equal(data_present(f, &r), 0);
-		if (r.n == 1 && r.v[0].end == 52 * K)
-			break;
-		ranges_free(&r);
-		usleep(10 * 1000);
-	}
-	ranges_free(&r);
-	expect_present(f, "0-53248");
+	/* the stuck piece stops after its first 4 KiB */
+	await_present(f, "0-40960");
 	usleep(200 * 1000); /* time for the thread to take the next piece */
 	assert_int_equal(fake_calls(e), 3);
-	expect_present(f, "0-53248");
+	pthread_mutex_lock(&e->fk.lock);
+	assert_int_equal(e->fk.cancelled, 1);
+	pthread_mutex_unlock(&e->fk.lock);
+	expect_present(f, "0-40960");
+	/* what is left is fetched when read, and reads right */
+	assert_int_equal(data_read(f, buf, 4096, 44 * K), 4096);
+	expect_obj(buf, 44 * K, 4096);
 	data_put(f);
 }
 
@@ -523,9 +556,9 @@ test_close_with_prefetches_pending_leaves_the_cache_whole(void **state)
 	unsigned char buf[4096];
 	const uint64_t K = 1024;
 	struct data_file *f = start_stuck_prefetch(e);
-	for (uint64_t off = 8 * K; off < 20 * K; off += 4 * K) /* and */
+	for (uint64_t off = 8 * K; off < 36 * K; off += 4 * K) /* and */
 		assert_int_equal(data_read(f, buf, 4096, off), 4096);
-	/* [52, 84) KiB is queued behind it now */
+	/* [68, 100) KiB is queued behind it now */
 	data_put(f);
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, closer_main, e->d), 0);
@@ -541,8 +574,8 @@ test_close_with_prefetches_pending_leaves_the_cache_whole(void **state)
 	assert_true(calls == 3 || calls == 4);
 	assert_int_equal(data_open(&e->cfg, &e->d), 0);
 	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
-	expect_present(f, calls == 3 ? "0-53248" : "0-86016");
-	for (uint64_t off = 0; off < 84 * K; off += 4 * K) {
+	expect_present(f, calls == 3 ? "0-69632" : "0-102400");
+	for (uint64_t off = 0; off < 100 * K; off += 4 * K) {
 		assert_int_equal(data_read(f, buf, 4096, off), 4096);
 		expect_obj(buf, off, 4096);
 	}
@@ -691,6 +724,100 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
+/* A sequential reader's miss is one lead fetch of data_config.lead bytes
+ * by a prefetch thread, and the reader goes on as soon as its own bytes
+ * have landed: here while the fetch is stuck past them. */
+static void test_a_reader_goes_on_as_its_bytes_land(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct reader rd;
+	unsigned char buf[4096];
+	pthread_t th;
+	const uint64_t K = 1024;
+	with_prefetch_threads(e, 1);
+	e->fk.stall_after = 8 * K;
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	data_open_read(f);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	expect_obj(buf, 0, 4096);
+	assert_int_equal(sem_wait(&e->fk.started), 0); /* stuck at 8 KiB */
+	assert_int_equal(data_read(f, buf, 4096, 4 * K), 4096);
+	expect_obj(buf, 4 * K, 4096);
+	/* one fetch, the lead; the piece planned ahead waits for the
+	 * thread; landed bytes are not marked present before the end */
+	assert_int_equal(fake_calls(e), 1);
+	expect_call(e, 0, 0, 32 * K);
+	expect_present(f, "");
+	/* a reader past what landed waits for it */
+	rd = (struct reader){.f = f, .off = 12 * K, .len = 4096};
+	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+	pthread_mutex_lock(&e->fk.lock);
+	e->fk.stall_after = 0;
+	pthread_mutex_unlock(&e->fk.lock);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(rd.rc, 4096);
+	expect_obj(rd.buf, 12 * K, 4096);
+	await_present(f, "0-65536"); /* the lead, and the piece after it */
+	assert_int_equal(fake_calls(e), 2);
+	data_put(f);
+}
+
+/* The parts of one large read reach data_read() in any order: a read
+ * within the window of a stream continues it (and a late part behind it
+ * does not start it over), while a stream without a window yet is
+ * continued only exactly, so random reads are never widened. */
+static void test_parts_of_a_read_out_of_order_continue_the_stream(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_read(f, buf, 4096, 8 * K), 4096); /* random */
+	expect_call(e, 1, 8 * K, 4 * K);
+	assert_int_equal(data_read(f, buf, 4096, 12 * K), 4096);
+	expect_call(e, 2, 12 * K, RA_MIN); /* [12, 28), window 32 KiB */
+	/* the stream ended at 16 KiB: a part at 36 KiB, then the one
+	 * before it */
+	assert_int_equal(data_read(f, buf, 4096, 36 * K), 4096);
+	expect_obj(buf, 36 * K, 4096);
+	expect_call(e, 3, 36 * K, 32 * K);
+	assert_int_equal(data_read(f, buf, 4096, 32 * K), 4096);
+	expect_obj(buf, 32 * K, 4096);
+	expect_call(e, 4, 32 * K, 4 * K); /* its gap, up to what is there */
+	/* and on from the end of the later part, sequential */
+	assert_int_equal(data_read(f, buf, 4096, 40 * K), 4096);
+	assert_int_equal(fake_calls(e), 5);
+	data_put(f);
+}
+
+/* A fetch that fails after some of its bytes landed keeps them, and a
+ * read whose bytes all landed succeeds. */
+static void test_a_failed_fetch_keeps_the_bytes_that_landed(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[16384];
+	const uint64_t K = 1024;
+	e->fk.fail_after = 8 * K;
+	assert_int_equal(data_get(e->d, 1, sizeof(e->obj), &f), 0);
+	data_open_read(f); /* the read is widened to [0, 16) KiB */
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	expect_obj(buf, 0, 4096);
+	expect_call(e, 0, 0, RA_MIN);
+	expect_present(f, "0-8192");
+	/* a read past them fails, and leaves what landed of its own */
+	assert_int_equal(data_read(f, buf, 16 * K, 20 * K), -EIO);
+	expect_present(f, "0-8192,20480-28672");
+	e->fk.fail_after = 0;
+	assert_int_equal(data_read(f, buf, 4096, 8 * K), 4096);
+	expect_obj(buf, 8 * K, 4096);
+	data_put(f);
+}
+
 /* A sequential reader waits on its fetch with the file unlocked while
  * other readers grow the stream table (realloc): it must not then update
  * its stream through a pointer into the old table (ASan: use after free),
@@ -813,26 +940,28 @@ static int joins_soon(pthread_t th)
 
 /* With the one prefetch thread stuck in a fetch, a read that needs a
  * piece still queued behind it fetches that piece itself, and a write
- * over another queued piece drops it: neither waits for the queue. */
+ * over a lead still queued drops it, so that the reader waiting for that
+ * lead fetches its bytes itself: no one waits for the queue to move. */
 static void test_queued_prefetches_are_taken_over_not_waited_for(void **state)
 {
 	struct env *e = *state;
-	struct reader rd;
+	struct reader rd, rd2;
 	struct writer wr = {.off = 330 * 1024, .len = 100};
 	unsigned char buf[4096];
-	pthread_t th;
+	pthread_t th, th2;
 	const uint64_t K = 1024;
 	struct data_file *f = start_stuck_prefetch(e);
 	pthread_mutex_lock(&e->fk.lock);
 	e->fk.block_from = UINT64_MAX; /* (the stuck fetch stays stuck) */
 	pthread_mutex_unlock(&e->fk.lock);
-	for (uint64_t off = 8 * K; off < 20 * K; off += 4 * K)
+	for (uint64_t off = 8 * K; off < 36 * K; off += 4 * K)
 		assert_int_equal(data_read(f, buf, 4096, off), 4096);
-	/* and a second stream: [52, 84) and [320, 352) are queued now */
+	/* [68, 100) KiB is queued now; a second stream's read at 304 KiB
+	 * queues its lead, [304, 336), and waits for it */
 	assert_int_equal(data_read(f, buf, 4096, 300 * K), 4096);
-	assert_int_equal(data_read(f, buf, 4096, 304 * K), 4096);
-	assert_int_equal(fake_calls(e), 5);
-	rd = (struct reader){.f = f, .off = 60 * K, .len = 4096};
+	rd2 = (struct reader){.f = f, .off = 304 * K, .len = 4096};
+	assert_int_equal(pthread_create(&th2, NULL, reader_main, &rd2), 0);
+	rd = (struct reader){.f = f, .off = 76 * K, .len = 4096};
 	assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
 	int took = joins_soon(th);
 	if (!took) { /* it waits for the queue: unstick it, then fail */
@@ -841,16 +970,33 @@ static void test_queued_prefetches_are_taken_over_not_waited_for(void **state)
 	}
 	assert_true(took);
 	assert_int_equal(rd.rc, 4096);
-	expect_obj(rd.buf, 60 * K, 4096);
-	expect_call(e, 5, 52 * K, 32 * K); /* the reader took it */
+	expect_obj(rd.buf, 76 * K, 4096);
+	assert_int_equal(fake_calls(e), 5);
+	expect_call(e, 3, 300 * K, 4 * K);
+	expect_call(e, 4, 68 * K, 32 * K); /* the reader took it */
+	usleep(200 * 1000);		   /* rd2 queued its lead long before */
 	wr.f = f;
 	assert_int_equal(pthread_create(&th, NULL, writer_main, &wr), 0);
 	assert_true(joins_soon(th));
 	assert_int_equal(wr.rc, 100);
+	/* the lead is gone: its reader fetched [304, 320) itself, and
+	 * queued [320, 330) and [330.1, 362.1) behind the stuck fetch */
+	took = joins_soon(th2);
+	if (!took) {
+		assert_int_equal(sem_post(&e->fk.gate), 0);
+		assert_int_equal(pthread_join(th2, NULL), 0);
+	}
+	assert_true(took);
+	assert_int_equal(rd2.rc, 4096);
+	expect_obj(rd2.buf, 304 * K, 4096);
+	expect_call(e, 5, 304 * K, 16 * K);
 	assert_int_equal(sem_post(&e->fk.gate), 0);
-	/* the thread ends its fetch and skips both taken pieces */
-	await_present(f, "0-86016,307200-327680,337920-338020");
-	assert_int_equal(fake_calls(e), 6);
+	/* the thread ends its fetch, skips the taken piece and the dropped
+	 * lead, and fetches the two pieces after them, and [100, 164) that
+	 * the read at 76 KiB queued (within a window of the first stream,
+	 * it continued it) */
+	await_present(f, "0-167936,307200-370788");
+	assert_int_equal(fake_calls(e), 9);
 	assert_int_equal(data_read(f, buf, 100, 330 * K), 100);
 	expect_fill(buf, 'W', 100);
 	data_put(f);
@@ -1851,6 +1997,9 @@ int main(void)
 		T(test_a_reader_in_a_fetch_survives_the_stream_table_growing),
 		T(test_a_sequential_reader_finds_what_follows_fetched),
 		T(test_a_failed_prefetch_leaves_its_bytes_to_the_reader),
+		T(test_a_reader_goes_on_as_its_bytes_land),
+		T(test_a_failed_fetch_keeps_the_bytes_that_landed),
+		T(test_parts_of_a_read_out_of_order_continue_the_stream),
 		T(test_close_with_prefetches_pending_leaves_the_cache_whole),
 		T(test_queued_prefetches_are_taken_over_not_waited_for),
 		T(test_a_write_waits_for_the_fetch_it_lands_on),
