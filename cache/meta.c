@@ -2021,8 +2021,10 @@ int meta_snapshot_adopt(const char *path)
 	if (!rc)
 		rc = side_exec(db,
 			       "BEGIN;"
-			       "UPDATE inodes SET etag = '!' WHERE dirty <> 0;"
-			       "UPDATE inodes SET dirty = 0;"
+			       /* only the dirty rows: rewriting all (100k)
+				* took twice as long, journal and all */
+			       "UPDATE inodes SET etag = '!', dirty = 0 "
+			       "WHERE dirty <> 0;"
 			       "DELETE FROM outbox;"
 			       "COMMIT",
 			       NULL);
