@@ -2456,8 +2456,11 @@ static void test_sync_tickets_cover_what_was_changed_before(void **state)
 	assert_true(ta != 0); /* a new inode is owed a sync */
 	struct meta_attr in = {.size = 7}, out;
 	assert_int_equal(meta_setattr(f->m, b, META_SET_GROW, &in, &out), 0);
-	assert_int_equal(meta_sync_begin(f->m, b, 1, &tb), 0);
-	assert_true(tb >= ta);
+	/* an fsync: an fdatasync's ticket leaves growth to the cache file's
+	 * record, so it covers b's new size only when the sync round a's
+	 * ticket started had not begun yet (CI saw it begin first) */
+	assert_int_equal(meta_sync_begin(f->m, b, 0, &tb), 0);
+	assert_true(tb == 0 || tb >= ta); /* 0: that round covered it */
 	assert_int_equal(meta_sync_wait(f->m, tb), 0);
 	assert_int_equal(meta_sync_wait(f->m, ta), 0);
 	/* both durable: nothing owed, and the size is in the file */
