@@ -69,6 +69,11 @@
  * variable instead of fetching it twice; so do writes to it, and
  * truncates that cut into it, since the fetch would write over them. The
  * bytes are written once, where they stay (no buffer file to copy from).
+ * The callback tells data_fetch_landed() as the bytes land; a reader
+ * reads the landed prefix of a fetch under way (wake_at: the callback
+ * wakes it once its own bytes are there), so a large fetch costs a
+ * reader no more latency than a small one. A fetch that fails or is
+ * stopped logs what landed as present.
  * Invariants: in-flight records are pairwise disjoint, disjoint from the
  * present set, and within the size.
  *
@@ -77,12 +82,20 @@
  * workers, fio with offset_increment) each get their own. The table is
  * allocated at the first read, doubles while all its streams are in use,
  * and goes with the file's last reference. A stream remembers where its
- * previous read ended (next). A read starting at a stream's next is
- * sequential: the fetch of the gap that reaches the end of the request is
- * widened to the stream's window (readahead_min first, then doubling
- * after each widened fetch, up to readahead_max). Any other read fetches
- * exactly the missing bytes and starts a stream of its own, in place of
- * the one read least recently.
+ * previous read ended (next). A read starting at a stream's next, or
+ * within its window of it (the kernel's requests for one large read come
+ * in any order), is sequential: the fetch of the gap that reaches the end
+ * of the request is widened to the stream's window (readahead_min first,
+ * then doubling after each widened fetch, up to readahead_max). Any other
+ * read fetches exactly the missing bytes and starts a stream of its own,
+ * in place of the one read least recently.
+ *
+ * Leads: with prefetch threads, a sequential read's first missing byte
+ * that no fetch covers starts a lead instead: data_config.lead bytes,
+ * queued at the head of the prefetch queue, which the reader waits on
+ * (never takes over) as its bytes land. Many readers of one file then
+ * share a few large GETs, a few at a time, rather than each sending its
+ * own small ones at once.
  *
  * Prefetch: a sequential read also looks at the twice its window that
  * follows it. Once at least a piece of that (a window, at most
@@ -94,10 +107,12 @@
  * several GETs going instead of waiting for one at a time. A piece still
  * in the queue is no one's yet: a read that needs it fetches it itself
  * (64 readers of one file must not wait behind each other's read-ahead),
- * and a write or truncate over it drops it. A piece that fails only
- * leaves its bytes absent; the read that needs them fetches them itself
- * and reports the error. data_close() drops the queue and waits for the
- * pieces being fetched.
+ * and a write or truncate over it drops it. A piece that fails leaves
+ * the bytes that did not land absent; the read that needs them fetches
+ * them itself and reports the error. When a file's last open goes
+ * (data_opens_left()), its queued pieces are dropped and those being
+ * fetched stop at their next landed bytes. data_close() drops the queue
+ * and waits for the pieces being fetched.
  *
  * Upload snapshots: data_dirty() takes a snapshot and counts it (nsnap);
  * while nsnap > 0 every write and truncate-grow also adds its range to
