@@ -1492,29 +1492,26 @@ ssize_t s3_get_buf(s3_client *c, const char *bucket, const char *key,
 	return get_common(c, &r, off, len, if_match, info, err);
 }
 
-ssize_t s3_get_fd(s3_client *c, const char *bucket, const char *key,
-		  uint64_t off, uint64_t len, int fd, off_t fd_off,
-		  const char *if_match, struct s3_object_info *info,
-		  struct s3_error *err)
-{
-	struct req r;
-	req_init(&r, "GET", bucket, key);
-	r.sink_fd = fd;
-	r.sink_off = fd_off;
-	return get_common(c, &r, off, len, if_match, info, err);
-}
-
 ssize_t s3_get_fd_landed(s3_client *c, const char *bucket, const char *key,
 			 uint64_t off, uint64_t len, int fd, off_t fd_off,
-			 const char *if_match, const struct s3_landed *landed,
-			 struct s3_error *err)
+			 const char *if_match, struct s3_object_info *info,
+			 const struct s3_landed *landed, struct s3_error *err)
 {
 	struct req r;
 	req_init(&r, "GET", bucket, key);
 	r.sink_fd = fd;
 	r.sink_off = fd_off;
 	r.landed = landed;
-	return get_common(c, &r, off, len, if_match, NULL, err);
+	return get_common(c, &r, off, len, if_match, info, err);
+}
+
+ssize_t s3_get_fd(s3_client *c, const char *bucket, const char *key,
+		  uint64_t off, uint64_t len, int fd, off_t fd_off,
+		  const char *if_match, struct s3_object_info *info,
+		  struct s3_error *err)
+{
+	return s3_get_fd_landed(c, bucket, key, off, len, fd, fd_off, if_match,
+				info, NULL, err);
 }
 
 static int put_common(s3_client *c, struct req *r,

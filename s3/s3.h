@@ -232,8 +232,8 @@ struct s3_landed {
 /* s3_get_fd() that tells landed (optional) as the body lands. */
 ssize_t s3_get_fd_landed(s3_client *c, const char *bucket, const char *key,
 			 uint64_t off, uint64_t len, int fd, off_t fd_off,
-			 const char *if_match, const struct s3_landed *landed,
-			 struct s3_error *err);
+			 const char *if_match, struct s3_object_info *info,
+			 const struct s3_landed *landed, struct s3_error *err);
 /* PUT from memory. etag_out (optional) is S3_ETAG_MAX bytes. */
 int s3_put_buf(s3_client *c, const char *bucket, const char *key,
 	       const void *buf, size_t len, const struct s3_put_opts *opts,

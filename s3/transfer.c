@@ -135,7 +135,7 @@ static int download_part(struct xfer *x, unsigned i, struct s3_error *e)
 	ssize_t got =
 		s3_get_fd_landed(x->c, x->bucket, x->key, x->off + start, n,
 				 x->fd, x->fd_off + (off_t)start, x->if_match,
-				 x->part_landed ? &tell : NULL, e);
+				 NULL, x->part_landed ? &tell : NULL, e);
 	if (got >= 0 && (uint64_t)got != n) {
 		snprintf(e->message, sizeof(e->message),
 			 "range at %llu: got %zd of %llu bytes",
@@ -288,7 +288,7 @@ ssize_t s3_get_parallel(s3_client *c, const char *bucket, const char *key,
 	if (x.nparts == 1) {
 		pthread_mutex_destroy(&x.lock);
 		return s3_get_fd_landed(c, bucket, key, off, len, fd, fd_off,
-					if_match, landed, err);
+					if_match, NULL, landed, err);
 	}
 	x.off = off;
 	x.fd_off = fd_off;
