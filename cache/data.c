@@ -181,9 +181,6 @@ struct fetch_rec {
 	 * stops once the file's last open is gone (cancel) */
 	int ahead;
 	int cancel;
-	/* a lead (data_config.lead): a reader waits for its bytes to land
-	 * rather than take it over */
-	int lead;
 };
 
 /* a fetch queued for the prefetch threads: f is referenced, and the
@@ -192,7 +189,9 @@ struct fetch_rec {
 struct prefetch {
 	struct data_file *f;
 	struct prefetch *next;
-	int lead; /* queued at the head */
+	/* a lead (data_config.lead), queued at the head: a reader waits
+	 * for its bytes to land rather than take it over */
+	int lead;
 };
 
 /* the fetch callback's handle on its in-flight record */
@@ -1161,10 +1160,10 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 		    !ranges_first_gap(&f->present, start, stop, &gs, &ge))
 			return 0;
 		struct fetch_rec *r = (struct fetch_rec *)inflight_at(f, gs);
-		if (r && r->job && !(landed_ok && r->lead)) {
+		if (r && r->job && !(landed_ok && r->job->lead)) {
 			/* queued, not started: fetch it here */
 			r->job = NULL;
-			r->ahead = r->lead = 0;
+			r->ahead = 0;
 			int rc = fetch_marked_locked(f, r->start, r->end);
 			if (rc && !all_present(f, gs, stop))
 				return rc;
@@ -1216,6 +1215,25 @@ static uint64_t uncovered_from(const struct data_file *f, uint64_t pos,
 	return lim;
 }
 
+/* Marks [s, e), absent and not in flight, in flight as a job for the
+ * prefetch threads (a lead or a piece ahead), for the caller to queue
+ * (prefetch_queue()); NULL when there is no memory or no room for it.
+ * Called with f->lock held. */
+static struct prefetch *mark_queued_locked(struct data_file *f, uint64_t s,
+					   uint64_t e, int lead)
+{
+	struct prefetch *p = malloc(sizeof(*p));
+	if (!p || room_for(f->d, e - s, 0) || inflight_add(f, s, e)) {
+		free(p);
+		return NULL;
+	}
+	*p = (struct prefetch){f, NULL, lead};
+	struct fetch_rec *r = &f->inflight[f->ninflight - 1];
+	r->job = p;
+	r->ahead = 1;
+	return p;
+}
+
 /* What a sequential reader at end with window win has fetched ahead
  * (see Prefetch above): up to DATA_PREFETCH_BATCH pieces of
  * [end, end + 2 win), marked in flight as queued, their jobs in out.
@@ -1235,15 +1253,9 @@ static unsigned plan_ahead_locked(struct data_file *f, uint64_t end,
 		if (ranges_first_gap(&f->present, pos, lim, &gs, &ge))
 			assert(gs == pos);
 		uint64_t pe = inflight_clip(f, pos, min_u64(ge, pos + piece));
-		struct prefetch *p = malloc(sizeof(*p));
-		if (!p || room_for(f->d, pe - pos, 0) ||
-		    inflight_add(f, pos, pe)) {
-			free(p);
+		struct prefetch *p = mark_queued_locked(f, pos, pe, 0);
+		if (!p)
 			break;
-		}
-		*p = (struct prefetch){f, NULL, 0};
-		f->inflight[f->ninflight - 1].job = p;
-		f->inflight[f->ninflight - 1].ahead = 1;
 		out[n++] = p;
 	}
 	return n;
@@ -1270,17 +1282,7 @@ static struct prefetch *plan_lead_locked(struct data_file *f, uint64_t off,
 	uint64_t we = f->size - gs > want ? gs + want : f->size;
 	if (ranges_first_gap(&f->present, gs, we, &x, &ge))
 		assert(x == gs);
-	ge = inflight_clip(f, gs, ge);
-	struct prefetch *p = malloc(sizeof(*p));
-	if (!p || room_for(d, ge - gs, 0) || inflight_add(f, gs, ge)) {
-		free(p);
-		return NULL;
-	}
-	*p = (struct prefetch){f, NULL, 1};
-	struct fetch_rec *r = &f->inflight[f->ninflight - 1];
-	r->job = p;
-	r->ahead = r->lead = 1;
-	return p;
+	return mark_queued_locked(f, gs, inflight_clip(f, gs, ge), 1);
 }
 
 /* ---- public API ---- */
