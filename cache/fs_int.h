@@ -29,6 +29,11 @@
 #define FS_HEALTH_INTERVAL_MS 2000u /* CACHE_DIR/health is rewritten */
 #define FS_HEALTH_PROBE_MS 30000u   /* S3 idle this long: HEAD the bucket */
 #define FS_BG_TICK_MS 1000u	    /* the background thread looks around */
+/* A burst of changes: this many new inodes dirty within one upload delay
+ * (tar x, pip install, git checkout). Uploads then wait for it to pass,
+ * up to FS_BURST_WAIT upload delays (see take_due()). */
+#define FS_BURST_FILES 64u
+#define FS_BURST_WAIT 5u
 /* The ETag recorded before an inode's first upload starts: an object may
  * exist at its key (the upload may finish after the process dies), so a
  * rename must copy and delete, not just rename in the store. */
@@ -85,6 +90,11 @@ struct fs {
 	 * when memory ran out: then dirty[] is searched */
 	uint32_t *dirty_idx;
 	size_t dirty_idx_cap;
+	/* new inodes in the dirty set from the handlers, in windows of one
+	 * upload delay: the current one's start and count, and the count of
+	 * the one before (take_due()'s burst rule); protected by lock */
+	uint64_t burst_start_ms;
+	unsigned burst_now, burst_prev;
 	int stop; /* protected by lock */
 	pthread_t flusher;
 

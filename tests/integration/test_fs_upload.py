@@ -1,4 +1,4 @@
-"""test_fs_upload.py: how file contents reach S3: a small edit to a big file re-sends only the parts it touched.
+"""test_fs_upload.py: how file contents reach S3: a small edit to a big file re-sends only the parts it touched; a burst of new files uploads once it has passed.
 
 Run under `eval "$(hack/s3-local.sh env)"`.
 """
@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from s3util import body, skip_unless_s3
+from s3util import body, keys, skip_unless_s3
 from tierfs_mount import Mount
 
 skip_unless_s3()
@@ -253,5 +253,68 @@ def test_fsync_while_another_process_keeps_writing_succeeds(
         os.fsync(fd)
         os.close(fd)
         assert body(s3, f"{prefix}/busy.bin") == path.read_bytes()
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def create_for(d, seconds, rate=150):
+    """Creates 1-byte files d/f00000... at about rate a second (well over a
+    burst's 64 per upload delay, and few enough to upload soon after) for
+    the given seconds; returns when each was made (monotonic)."""
+    made = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        (d / f"f{len(made):05}").write_bytes(b"x")
+        made.append(time.monotonic())
+        time.sleep(max(0.0, t0 + len(made) / rate - time.monotonic()))
+    return made
+
+
+def files_sent(s3, prefix):
+    """The keys of create_for()'s files in S3."""
+    return {k for k in keys(s3, prefix + "/") if k.startswith(prefix + "/f")}
+
+
+def test_a_burst_of_new_files_uploads_once_it_has_passed(volume, s3, tmp_path):
+    # tar x, pip install: while new files keep coming at 64 or more per
+    # upload delay, their uploads wait (up to 5 delays) for the burst to
+    # pass, so they do not take the machine from it
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+              "--upload-delay", "2s")
+    try:
+        made = create_for(Path(m.mountpoint), 4.0)
+        sent = files_sent(s3, prefix)
+        # a burst at all: well over 64 new files per 2 s, all along
+        gaps = [b - a for a, b in zip(made, made[1:])]
+        assert len(made) >= 300 and max(gaps) < 1.0, (len(made), max(gaps))
+        # without the rule the first files, 4 s old, would be in S3 by now
+        assert sent == set(), sorted(sent)[:5]
+        deadline = time.monotonic() + 60
+        while len(sent) < len(made) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            sent = files_sent(s3, prefix)
+        assert len(sent) == len(made)
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_a_burst_that_goes_on_holds_uploads_back_for_5_delays_at_most(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+              "--upload-delay", "1s")
+    try:
+        d = Path(m.mountpoint)
+        made = create_for(d, 10.0)
+        sent = files_sent(s3, prefix)
+        gaps = [b - a for a, b in zip(made, made[1:])]
+        assert len(made) >= 700 and max(gaps) < 0.5, (len(made), max(gaps))
+        # the files made in the first second are 9 s old, past 5 delays:
+        # they are going, the burst notwithstanding (without the bound,
+        # none would be sent before it ends)
+        first = {f"{prefix}/f{i:05}" for i, t in enumerate(made)
+                 if t - made[0] < 1.0}
+        assert first & sent, (len(first), len(sent))
     finally:
         assert m.unmount() == 0, m.output()
