@@ -143,10 +143,16 @@ static void dirty_reindex(struct fs *fs, size_t room)
 		dirty_idx_put(fs, i);
 }
 
-/* Moves the burst windows (one upload delay each) up to now. */
+/* A burst window's length: one upload delay (1 ms at least). */
+static uint64_t burst_window(const struct fs *fs)
+{
+	return fs->cfg.upload_delay_ms ? fs->cfg.upload_delay_ms : 1;
+}
+
+/* Moves the burst windows up to now. */
 static void burst_roll_locked(struct fs *fs, uint64_t now)
 {
-	uint64_t w = fs->cfg.upload_delay_ms ? fs->cfg.upload_delay_ms : 1;
+	uint64_t w = burst_window(fs);
 	if (now >= fs->burst_start_ms + 2 * w) {
 		fs->burst_prev = fs->burst_now = 0;
 		fs->burst_start_ms = now;
@@ -162,7 +168,7 @@ static void burst_roll_locked(struct fs *fs, uint64_t now)
  * the last one that still falls within one delay of now. */
 static int burst_on_locked(struct fs *fs, uint64_t now)
 {
-	uint64_t w = fs->cfg.upload_delay_ms ? fs->cfg.upload_delay_ms : 1;
+	uint64_t w = burst_window(fs);
 	burst_roll_locked(fs, now);
 	/* now may be a little before a start another thread just set */
 	uint64_t into = now > fs->burst_start_ms ? now - fs->burst_start_ms : 0;
