@@ -24,6 +24,11 @@
  * yet (data_create()): no object is behind it, so all its bytes are
  * present and dirty, its size is the file's, and it needs no log. Its
  * first upload gives it one ("adoption"; see below).
+ * ".spare.<n>" is a spare: an emptied file of one that went (removed or
+ * evicted while no one held it), kept for a new cache file, log or
+ * compaction to take by rename instead of allocating an inode (at most
+ * data_config.spares; data_open() keeps them). A file still held open
+ * is unlinked instead: its readers keep its bytes.
  *
  * Range log format: text lines, each ending in '\n', decimal numbers:
  *   "P+ a b"  bytes [a, b) were fetched from S3: present; size >= b
@@ -45,7 +50,13 @@
  *                 ftruncates (zeros), then appends "D+ old new".
  *   evict/remove: unlink the log first, then the file. A file without a
  *                 log is deleted by data_open(); a log without its file is
- *                 dropped. "<ino>.new" goes on its own.
+ *                 dropped. "<ino>.new" goes on its own. A name becomes a
+ *                 spare in place of its unlink: truncated to 0, then
+ *                 renamed (a crash between leaves an empty file under
+ *                 the name, as good as gone by the same rules).
+ *   create:       a spare is renamed to the new name, then opened with
+ *                 O_TRUNC: a crash between leaves the empty file that a
+ *                 crash after an O_CREAT leaves.
  *   adoption:     a compaction's snapshot becomes "<ino>.log" first
  *                 (fsynced, and the directory), then "<ino>.new" is
  *                 renamed "<ino>". data_open() finishes a rename a crash
@@ -158,6 +169,7 @@
 #define DATA_NAME_MAX 32     /* "<20 digits>.log.tmp" and a NUL */
 #define DATA_COPY_CHUNK (256u << 10)
 #define DATA_FETCH_TMP_PREFIX ".fetch."
+#define DATA_SPARE_PREFIX ".spare."
 #define DATA_NEW_SUFFIX ".new"
 #define DATA_PREFETCH_BATCH 4 /* pieces a read may queue */
 /* No byte limit by default: only the free-space floor bounds the cache. */
@@ -268,6 +280,13 @@ struct data {
 	int pf_stop;			     /* protected by pf_lock */
 	pthread_t *pf_threads;
 	unsigned npf;
+	/* spare files, ".spare.<n>" (see above): their numbers, a stack of
+	 * at most cfg.spares, and the next number; spare_lock is a leaf,
+	 * taken under any other lock and never around another */
+	pthread_mutex_t spare_lock;
+	uint64_t *spares;
+	size_t nspares;
+	uint64_t spare_next;
 };
 
 /* ---- small helpers ---- */
@@ -316,6 +335,87 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
 static void file_name(char out[DATA_NAME_MAX], uint64_t ino, const char *suffix)
 {
 	snprintf(out, DATA_NAME_MAX, "%" PRIu64 "%s", ino, suffix);
+}
+
+/* ---- spare files (see above) ---- */
+
+static void spare_name(char out[DATA_NAME_MAX], uint64_t n)
+{
+	snprintf(out, DATA_NAME_MAX, DATA_SPARE_PREFIX "%" PRIu64, n);
+}
+
+/* name's file, emptied, becomes a spare. 0 when it did; -ENOENT when
+ * there is no such file; else -errno, or -ENOSPC when the stack is full
+ * (name is then as it was, or emptied). */
+static int spare_keep(struct data *d, const char *name)
+{
+	char path[PATH_MAX], sp[DATA_NAME_MAX];
+	int rc = 0;
+	lock_mutex(&d->spare_lock);
+	if (d->nspares >= d->cfg.spares) {
+		rc = -ENOSPC;
+		goto out;
+	}
+	/* emptied first: a spare never holds bytes, so what the cache
+	 * frees is free (eviction) and a crash leaves no stale data */
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", d->path, name) >=
+	    sizeof(path)) {
+		rc = -ENAMETOOLONG;
+		goto out;
+	}
+	if (truncate(path, 0)) {
+		rc = -errno;
+		goto out;
+	}
+	spare_name(sp, d->spare_next);
+	if (renameat(d->dirfd, name, d->dirfd, sp)) {
+		rc = -errno;
+		goto out;
+	}
+	d->spares[d->nspares++] = d->spare_next++;
+out:
+	unlock_mutex(&d->spare_lock);
+	return rc;
+}
+
+/* Drops name: kept as a spare when there is room, else unlinked. */
+static int retire_name(struct data *d, uint64_t ino, const char *suffix)
+{
+	char name[DATA_NAME_MAX];
+	file_name(name, ino, suffix);
+	int rc = spare_keep(d, name);
+	if (rc == 0 || rc == -ENOENT)
+		return 0;
+	return unlinkat(d->dirfd, name, 0) && errno != ENOENT ? -errno : 0;
+}
+
+/* unlink_pair() for a file no one holds open: in the same order, its
+ * files become spares. */
+static int retire_pair(struct data *d, uint64_t ino)
+{
+	int rc = retire_name(d, ino, DATA_NEW_SUFFIX);
+	int lrc = retire_name(d, ino, ".log");
+	int frc = retire_name(d, ino, "");
+	return rc ? rc : lrc ? lrc : frc;
+}
+
+/* openat(name, flags | O_CREAT | O_TRUNC, 0600): an empty file, a spare
+ * renamed name when there is one. */
+static int open_fresh(struct data *d, const char *name, int flags)
+{
+	char sp[DATA_NAME_MAX];
+	lock_mutex(&d->spare_lock);
+	while (d->nspares > 0) {
+		spare_name(sp, d->spares[--d->nspares]);
+		if (renameat(d->dirfd, sp, d->dirfd, name) == 0)
+			break;
+		/* gone (ENOENT): the next one; else a new file. What is left
+		 * stays a spare on disk, found again by data_open() */
+		if (errno != ENOENT)
+			break;
+	}
+	unlock_mutex(&d->spare_lock);
+	return openat(d->dirfd, name, flags | O_CREAT | O_TRUNC, 0600);
 }
 
 /* Writes of at most this much, aligned to it: the page cache gives a write
@@ -562,9 +662,7 @@ static int write_log_locked(struct data_file *f, const struct ranges *dirty)
 		goto fail_0;
 	file_name(name, f->ino, ".log");
 	file_name(tmp, f->ino, ".log.tmp");
-	int tfd = openat(d->dirfd, tmp,
-			 O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-			 0600);
+	int tfd = open_fresh(d, tmp, O_WRONLY | O_APPEND | O_CLOEXEC);
 	if (tfd < 0) {
 		rc = -errno;
 		goto fail_0;
@@ -843,19 +941,24 @@ static int unlink_pair(struct data *d, uint64_t ino)
 	return rc ? rc : lrc ? lrc : frc;
 }
 
+static int open_or_create(struct data *d, const char *name, int flags,
+			  int create)
+{
+	return create ? open_fresh(d, name, flags)
+		      : openat(d->dirfd, name, flags);
+}
+
 /* Opens f's file and log (refs going 0 -> 1); create makes them empty. */
 static int file_open_fds(struct data_file *f, int create)
 {
 	struct data *d = f->d;
 	char name[DATA_NAME_MAX];
-	int extra = create ? O_CREAT | O_TRUNC : 0;
 	struct stat st;
 	int rc;
 
 	if (f->nolog) {
 		file_name(name, f->ino, DATA_NEW_SUFFIX);
-		f->fd = openat(d->dirfd, name, O_RDWR | O_CLOEXEC | extra,
-			       0600);
+		f->fd = open_or_create(d, name, O_RDWR | O_CLOEXEC, create);
 		if (f->fd < 0)
 			return -errno;
 		f->log_unsynced = 0;
@@ -865,12 +968,12 @@ static int file_open_fds(struct data_file *f, int create)
 	/* log first: a crash between the two leaves a log with no file,
 	 * which data_open() drops */
 	file_name(name, f->ino, ".log");
-	f->logfd = openat(d->dirfd, name,
-			  O_WRONLY | O_APPEND | O_CLOEXEC | extra, 0600);
+	f->logfd = open_or_create(d, name, O_WRONLY | O_APPEND | O_CLOEXEC,
+				  create);
 	if (f->logfd < 0)
 		return -errno;
 	file_name(name, f->ino, "");
-	f->fd = openat(d->dirfd, name, O_RDWR | O_CLOEXEC | extra, 0600);
+	f->fd = open_or_create(d, name, O_RDWR | O_CLOEXEC, create);
 	if (f->fd < 0) {
 		rc = -errno;
 		goto fail_1;
@@ -1297,6 +1400,7 @@ void data_config_init(struct data_config *cfg)
 	cfg->readahead_max = DATA_DEFAULT_READAHEAD_MAX;
 	cfg->prefetch_threads = DATA_DEFAULT_PREFETCH_THREADS;
 	cfg->lead = DATA_DEFAULT_LEAD;
+	cfg->spares = DATA_DEFAULT_SPARES;
 }
 
 static int mkdir_p(const char *path)
@@ -1462,6 +1566,23 @@ fail_1:
 	return rc;
 }
 
+/* DIR/.spare.<n>: back on the stack, or unlinked when it is full (or
+ * the name is not one we write). Emptied before it got the name, and
+ * emptied again (O_TRUNC) when it is taken. */
+static int load_spare(struct data *d, const char *name)
+{
+	uint64_t n;
+	const char *p = name + strlen(DATA_SPARE_PREFIX);
+	if (!parse_num(&p, name + strlen(name), &n) && *p == '\0' &&
+	    d->nspares < d->cfg.spares) {
+		d->spares[d->nspares++] = n;
+		if (n >= d->spare_next)
+			d->spare_next = n + 1;
+		return 0;
+	}
+	return unlinkat(d->dirfd, name, 0) && errno != ENOENT ? -errno : 0;
+}
+
 static int cmp_lru_time(const void *a, const void *b)
 {
 	const struct data_file *x = *(struct data_file *const *)a;
@@ -1500,9 +1621,12 @@ static int load_all(struct data *d)
 	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL) {
 		uint64_t ino;
 		struct data_file *f = NULL;
-		if (parse_name(de->d_name, ".log.tmp", &ino) ||
-		    strncmp(de->d_name, DATA_FETCH_TMP_PREFIX,
-			    strlen(DATA_FETCH_TMP_PREFIX)) == 0) {
+		if (strncmp(de->d_name, DATA_SPARE_PREFIX,
+			    strlen(DATA_SPARE_PREFIX)) == 0) {
+			rc = load_spare(d, de->d_name);
+		} else if (parse_name(de->d_name, ".log.tmp", &ino) ||
+			   strncmp(de->d_name, DATA_FETCH_TMP_PREFIX,
+				   strlen(DATA_FETCH_TMP_PREFIX)) == 0) {
 			if (unlinkat(d->dirfd, de->d_name, 0) &&
 			    errno != ENOENT)
 				rc = -errno;
@@ -1607,6 +1731,9 @@ int data_open(const struct data_config *cfg, struct data **out)
 	rc = -pthread_cond_init(&d->pf_wake, NULL);
 	if (rc)
 		goto fail_3c;
+	rc = -pthread_mutex_init(&d->spare_lock, NULL);
+	if (rc)
+		goto fail_3d;
 	/* the metadata store shares this filesystem and must never find it
 	 * full: writes stop short of an eighth of it, at most the reserve */
 	struct statvfs sv;
@@ -1616,7 +1743,9 @@ int data_open(const struct data_config *cfg, struct data **out)
 	}
 	d->nbuckets = 64;
 	d->buckets = calloc(d->nbuckets, sizeof(*d->buckets));
-	if (!d->buckets) {
+	d->spares =
+		calloc(d->cfg.spares ? d->cfg.spares : 1, sizeof(*d->spares));
+	if (!d->buckets || !d->spares) {
 		rc = -ENOMEM;
 		goto fail_4;
 	}
@@ -1629,8 +1758,13 @@ int data_open(const struct data_config *cfg, struct data **out)
 	return 0;
 
 fail_5:
-	free_all_files(d);
+	free_all_files(d); /* and the table */
+	d->buckets = NULL;
 fail_4:
+	free(d->buckets); /* empty, when the spares' stack was not made */
+	free(d->spares);
+	pthread_mutex_destroy(&d->spare_lock);
+fail_3d:
 	pthread_cond_destroy(&d->pf_wake);
 fail_3c:
 	pthread_mutex_destroy(&d->pf_lock);
@@ -1651,6 +1785,8 @@ void data_close(struct data *d)
 		return;
 	prefetch_stop(d);
 	free_all_files(d);
+	free(d->spares);
+	pthread_mutex_destroy(&d->spare_lock);
 	pthread_cond_destroy(&d->pf_wake);
 	pthread_mutex_destroy(&d->pf_lock);
 	pthread_mutex_destroy(&d->lock);
@@ -1700,7 +1836,8 @@ static int remove_locked(struct data *d, uint64_t ino, int busy_ok)
 		if (f->refs == 0)
 			lru_unlink(d, f);
 	}
-	int rc = unlink_pair(d, ino);
+	/* a file still open keeps its bytes for its readers */
+	int rc = f && f->refs == 0 ? retire_pair(d, ino) : unlink_pair(d, ino);
 	if (f && f->refs == 0)
 		file_free(f); /* else the last data_put() frees it */
 	return rc;
@@ -2492,7 +2629,7 @@ int64_t data_evict(struct data *d)
 			unlock_mutex(&f->lock);
 			continue;
 		}
-		if (unlink_pair(d, f->ino)) {
+		if (retire_pair(d, f->ino)) {
 			unlock_mutex(&f->lock);
 			continue; /* still there; try the next one */
 		}

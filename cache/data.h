@@ -48,6 +48,8 @@
 #define DATA_DEFAULT_LEAD (8u << 20)
 #define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
 #define DATA_DEFAULT_RESERVE (64ull << 20)
+/* see data_config.spares */
+#define DATA_DEFAULT_SPARES 8192
 
 /* A fetch under way, for data_fetch_landed(). */
 struct data_fetch;
@@ -86,6 +88,13 @@ struct data_config {
 	 * and the reader goes on as its own bytes land (data_fetch_landed()):
 	 * few large GETs, with the latency of small ones. 0: the default */
 	uint32_t lead;
+	/* emptied cache files kept for new ones (cache files, range logs)
+	 * to take: a file created after one was deleted then costs a
+	 * rename, not a new inode. ext4 without a journal skips inodes
+	 * freed in the last minutes when it allocates one, reading each:
+	 * half the worker's CPU in a burst of creates after deletes. 0:
+	 * none kept */
+	unsigned spares;
 	data_fetch_fn fetch;
 	void *fetch_ctx;
 };

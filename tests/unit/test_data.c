@@ -1978,6 +1978,156 @@ static void test_open_drops_strays_and_keeps_valid_files(void **state)
 	assert_int_equal(dirty, 0);
 }
 
+/* ---- spares ---- */
+
+static struct stat stat_of(struct env *e, const char *name)
+{
+	char path[128];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	assert_int_equal(stat(path, &st), 0);
+	return st;
+}
+
+static int count_spares(struct env *e)
+{
+	char name[32];
+	int n = 0;
+	for (int i = 0; i < 64; i++) {
+		snprintf(name, sizeof(name), ".spare.%d", i);
+		n += file_exists(e, name);
+	}
+	return n;
+}
+
+/* A removed file's cache file and log are emptied and kept; the next new
+ * files take those inodes, empty, rather than allocate (a journal-less
+ * ext4 scans recently freed inodes on every allocation). */
+static void test_new_files_take_the_emptied_files_of_removed_ones(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	memset(buf, 'a', sizeof(buf));
+	assert_int_equal(data_create(e->d, 5, &f), 0);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	data_put(f);
+	ino_t was = stat_of(e, "5.new").st_ino;
+	assert_int_equal(data_remove(e->d, 5), 0);
+	assert_false(file_exists(e, "5.new"));
+	struct stat sp = stat_of(e, ".spare.0");
+	assert_int_equal(sp.st_ino, was);
+	assert_int_equal(sp.st_size, 0);
+	assert_int_equal(sp.st_blocks, 0); /* its bytes are free */
+	assert_int_equal(data_create(e->d, 6, &f), 0);
+	assert_int_equal(stat_of(e, "6.new").st_ino, was);
+	assert_false(file_exists(e, ".spare.0"));
+	assert_int_equal(data_size(f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 0);
+	data_put(f);
+
+	/* a file with a log: both go, and a new one's log and file take
+	 * them (which takes which does not matter) */
+	make_clean_file(e, 1, 4096);
+	ino_t a = stat_of(e, "1").st_ino, b = stat_of(e, "1.log").st_ino;
+	assert_int_equal(data_remove(e->d, 1), 0);
+	assert_int_equal(count_spares(e), 2);
+	assert_int_equal(data_get(e->d, 2, 0, &f), 0);
+	assert_int_equal(data_write(f, buf, 100, 0), 100);
+	ino_t x = stat_of(e, "2").st_ino, y = stat_of(e, "2.log").st_ino;
+	assert_true((x == a && y == b) || (x == b && y == a));
+	assert_int_equal(count_spares(e), 0);
+	data_put(f);
+	reopen(e); /* and what the new file's log says holds */
+	assert_int_equal(data_get(e->d, 2, 100, &f), 0);
+	expect_dirty(f, "0-100");
+	assert_int_equal(data_read(f, buf, 100, 0), 100);
+	expect_fill(buf, 'a', 100);
+	data_put(f);
+}
+
+/* Eviction frees the bytes whether the files become spares or not; a
+ * file still held open is unlinked, never emptied: its reader goes on. */
+static void test_spares_hold_no_bytes_and_open_files_keep_theirs(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	make_clean_file(e, 1, 4096);
+	e->cfg.size_limit = 0;
+	reopen(e);
+	assert_int_equal(data_evict(e->d), 4096);
+	assert_int_equal(count_spares(e), 2);
+	for (int i = 0; i < 2; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), ".spare.%d", i);
+		assert_int_equal(stat_of(e, name).st_blocks, 0);
+	}
+	assert_int_equal(data_get(e->d, 3, 4096, &f), 0);
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	assert_int_equal(data_remove(e->d, 3), 0);
+	assert_false(file_exists(e, "3") || file_exists(e, "3.log"));
+	assert_int_equal(count_spares(e), 0); /* taken by 3, not given back */
+	memset(buf, 0, sizeof(buf));
+	assert_int_equal(data_read(f, buf, 4096, 0), 4096);
+	expect_obj(buf, 0, 4096);
+	data_put(f);
+}
+
+/* At most data_config.spares are kept; a reopen keeps those on disk up
+ * to that, drops names it does not write, and a spare found holding
+ * bytes (a crash) is emptied when it is taken. */
+static void test_spares_are_bounded_and_outlive_a_reopen(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[64];
+	e->cfg.spares = 2;
+	reopen(e);
+	for (uint64_t ino = 10; ino < 13; ino++) {
+		assert_int_equal(data_create(e->d, ino, &f), 0);
+		data_put(f);
+	}
+	for (uint64_t ino = 10; ino < 13; ino++)
+		assert_int_equal(data_remove(e->d, ino), 0);
+	/* 10 and 11 made .spare.0 and .spare.1; 12 was unlinked */
+	assert_true(file_exists(e, ".spare.0") && file_exists(e, ".spare.1"));
+	assert_int_equal(count_spares(e), 2);
+	assert_false(file_exists(e, "12.new"));
+	data_close(e->d);
+	e->d = NULL;
+	append_to(e, ".spare.9", "bytes a crash left");
+	append_to(e, ".spare.x", "not a name we write");
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_false(file_exists(e, ".spare.x"));
+	assert_int_equal(count_spares(e), 2); /* one of the three went */
+	for (uint64_t ino = 20; ino < 23; ino++) {
+		assert_int_equal(data_create(e->d, ino, &f), 0);
+		assert_int_equal(data_size(f), 0);
+		assert_int_equal(data_read(f, buf, sizeof(buf), 0), 0);
+		data_put(f);
+	}
+	assert_int_equal(count_spares(e), 0);
+	for (uint64_t ino = 20; ino < 23; ino++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%llu.new",
+			 (unsigned long long)ino);
+		assert_int_equal(stat_of(e, name).st_size, 0);
+	}
+	/* a new spare's name is past every one kept: .spare.10 if 9 was
+	 * kept, else .spare.2 */
+	assert_int_equal(data_remove(e->d, 20), 0);
+	assert_int_equal(count_spares(e), 1);
+	assert_true(file_exists(e, ".spare.10") || file_exists(e, ".spare.2"));
+	/* none kept at all */
+	e->cfg.spares = 0;
+	reopen(e);
+	assert_int_equal(count_spares(e), 0);
+	assert_int_equal(data_remove(e->d, 21), 0);
+	assert_false(file_exists(e, "21.new"));
+	assert_int_equal(count_spares(e), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2030,6 +2180,9 @@ int main(void)
 		T(test_drop_clean_spares_open_and_dirty_files),
 		T(test_mark_dirty_all_needs_a_full_file_and_pins_it),
 		T(test_open_drops_strays_and_keeps_valid_files),
+		T(test_new_files_take_the_emptied_files_of_removed_ones),
+		T(test_spares_hold_no_bytes_and_open_files_keep_theirs),
+		T(test_spares_are_bounded_and_outlive_a_reopen),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
