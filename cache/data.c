@@ -378,24 +378,27 @@ out:
 	return rc;
 }
 
-/* Drops name: kept as a spare when there is room, else unlinked. */
-static int retire_name(struct data *d, uint64_t ino, const char *suffix)
+/* Drops name's file: with keep, kept as a spare when there is room;
+ * else unlinked. A file that is not there is fine. */
+static int drop_name(struct data *d, uint64_t ino, const char *suffix, int keep)
 {
 	char name[DATA_NAME_MAX];
 	file_name(name, ino, suffix);
-	int rc = spare_keep(d, name);
-	if (rc == 0 || rc == -ENOENT)
-		return 0;
+	if (keep) {
+		int rc = spare_keep(d, name);
+		if (rc == 0 || rc == -ENOENT)
+			return 0;
+	}
 	return unlinkat(d->dirfd, name, 0) && errno != ENOENT ? -errno : 0;
 }
 
-/* unlink_pair() for a file no one holds open: in the same order, its
- * files become spares. */
-static int retire_pair(struct data *d, uint64_t ino)
+/* Drops a ".new" file, or the log, then the cache file (see the crash
+ * ordering above); keep: as spares (for a file no one holds open). */
+static int drop_pair(struct data *d, uint64_t ino, int keep)
 {
-	int rc = retire_name(d, ino, DATA_NEW_SUFFIX);
-	int lrc = retire_name(d, ino, ".log");
-	int frc = retire_name(d, ino, "");
+	int rc = drop_name(d, ino, DATA_NEW_SUFFIX, keep);
+	int lrc = drop_name(d, ino, ".log", keep);
+	int frc = drop_name(d, ino, "", keep);
 	return rc ? rc : lrc ? lrc : frc;
 }
 
@@ -926,19 +929,7 @@ static void lru_unlink(struct data *d, struct data_file *f)
 
 static int unlink_name(struct data *d, uint64_t ino, const char *suffix)
 {
-	char name[DATA_NAME_MAX];
-	file_name(name, ino, suffix);
-	return unlinkat(d->dirfd, name, 0) && errno != ENOENT ? -errno : 0;
-}
-
-/* Unlinks a ".new" file, or the log, then the cache file (see the crash
- * ordering above). */
-static int unlink_pair(struct data *d, uint64_t ino)
-{
-	int rc = unlink_name(d, ino, DATA_NEW_SUFFIX);
-	int lrc = unlink_name(d, ino, ".log");
-	int frc = unlink_name(d, ino, "");
-	return rc ? rc : lrc ? lrc : frc;
+	return drop_name(d, ino, suffix, 0);
 }
 
 static int open_or_create(struct data *d, const char *name, int flags,
@@ -1809,7 +1800,7 @@ static int file_add(struct data *d, uint64_t ino, int nolog,
 		rc = hash_insert(d, f);
 	if (rc) {
 		if (f->fd >= 0)
-			(void)unlink_pair(d, ino);
+			(void)drop_pair(d, ino, 0);
 		file_free(f);
 		return rc;
 	}
@@ -1837,7 +1828,7 @@ static int remove_locked(struct data *d, uint64_t ino, int busy_ok)
 			lru_unlink(d, f);
 	}
 	/* a file still open keeps its bytes for its readers */
-	int rc = f && f->refs == 0 ? retire_pair(d, ino) : unlink_pair(d, ino);
+	int rc = drop_pair(d, ino, f && f->refs == 0);
 	if (f && f->refs == 0)
 		file_free(f); /* else the last data_put() frees it */
 	return rc;
@@ -2629,7 +2620,7 @@ int64_t data_evict(struct data *d)
 			unlock_mutex(&f->lock);
 			continue;
 		}
-		if (retire_pair(d, f->ino)) {
+		if (drop_pair(d, f->ino, 1)) {
 			unlock_mutex(&f->lock);
 			continue; /* still there; try the next one */
 		}
