@@ -482,7 +482,9 @@ static void test_a_failed_prefetch_leaves_its_bytes_to_the_reader(void **state)
 	/* the reader that needs them fetches them, and says it failed */
 	assert_int_equal(data_read(f, buf, 4096, 8 * K), 4096);
 	assert_int_equal(data_read(f, buf, 4096, 36 * K), -EIO);
-	expect_present(f, "0-36864");
+	/* the lead, [4, 36) KiB, is present once its fetch ends: the read
+	 * at 8 KiB went on as soon as its own bytes had landed */
+	await_present(f, "0-36864");
 	pthread_mutex_lock(&e->fk.lock);
 	e->fk.fail_from = UINT64_MAX;
 	pthread_mutex_unlock(&e->fk.lock);
@@ -1142,8 +1144,10 @@ static void test_a_rewrite_an_upload_cleaned_meanwhile_stays_dirty(void **state)
 		pthread_t th;
 		struct ranges snap = RANGES_INIT;
 		struct data_file *f = start_rewrite(e, ino, &r, &th);
-		int before = !__atomic_load_n(&r.done, __ATOMIC_SEQ_CST);
 		assert_int_equal(data_dirty(f, &snap), 0);
+		/* asked after the snapshot: a rewrite that ended before it
+		 * is in what the upload sends, and rightly cleaned */
+		int before = !__atomic_load_n(&r.done, __ATOMIC_SEQ_CST);
 		assert_int_equal(data_mark_clean(f, &snap), 0);
 		ranges_free(&snap);
 		end_rewrite(&r, th);
