@@ -476,6 +476,56 @@ static void test_open_rejects_a_directory_with_two_names(void **state)
 	reopen_expect(f, -EIO);
 }
 
+/* A load takes an entry's inode from the load order when the numbers run
+ * together, and from the table when they do not: renames, links and
+ * directories filled in turn give entries whose inodes are out of order. */
+static void test_reopen_rebuilds_entries_out_of_inode_order(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t a = mkdir_(f->m, ROOT, "a"), b = mkdir_(f->m, ROOT, "b");
+	char name[32], to[32];
+	for (int i = 0; i < 40; i++) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		mkfile(f->m, i % 2 ? a : b, name);
+	}
+	struct meta_attr out;
+	for (int i = 1; i < 40; i += 6) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		snprintf(to, sizeof(to), "r%02d", i);
+		assert_int_equal(meta_rename(f->m, a, name, b, to, 0, NULL), 0);
+		assert_int_equal(meta_link(f->m, lookup_ino(f->m, b, to), ROOT,
+					   to, &out),
+				 0);
+	}
+	uint64_t c = mkdir_(f->m, a, "c");
+	assert_int_equal(meta_rename(f->m, a, "c", ROOT, "c", 0, NULL), 0);
+	mkfile(f->m, c, "late");
+	mkfile(f->m, a, "later");
+	char *before = dump(f->m);
+	reopen(f, SLOW_INTERVAL_MS);
+	assert_int_equal(meta_check(f->m), 0);
+	char *after = dump(f->m);
+	assert_string_equal(before, after);
+	free(before);
+	free(after);
+}
+
+/* a file renumbered 0, consistent otherwise: the kernel has no inode 0 */
+static void test_open_rejects_inode_number_zero(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t file = mkfile(f->m, ROOT, "f");
+	meta_close(f->m);
+	f->m = NULL;
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "UPDATE dentries SET ino = 0 WHERE ino = %" PRIu64 ";"
+		 "UPDATE inodes SET ino = 0 WHERE ino = %" PRIu64,
+		 file, file);
+	exec_rw(f->path, sql);
+	reopen_expect(f, -EIO);
+}
+
 static void test_failed_write_rolls_back_memory_and_file(void **state)
 {
 	struct fixture *f = *state;
@@ -2656,6 +2706,8 @@ int main(void)
 		T(test_open_rejects_nlink_that_disagrees_with_names),
 		T(test_open_rejects_a_dentry_naming_a_missing_inode),
 		T(test_open_rejects_a_directory_with_two_names),
+		T(test_reopen_rebuilds_entries_out_of_inode_order),
+		T(test_open_rejects_inode_number_zero),
 		T(test_failed_write_rolls_back_memory_and_file),
 		T(test_create_file_sets_attrs_and_dirty_name),
 		T(test_create_updates_parent_mtime_and_ctime),
