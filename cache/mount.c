@@ -470,6 +470,25 @@ static void lease_refused(const struct mount_opts *o, const struct lease *l,
 			o->bucket, o->prefix, why);
 }
 
+/* Creates the cache dir's "loaded": the volume is in the store, and no
+ * mount from here on loads it again. Durable (the directory synced) before
+ * the mount serves: a power loss that took the marker but kept what fsync
+ * made durable since would have the next mount drop those changes with
+ * the store it loads anew. */
+static int mark_loaded(const char *cache_dir, const char *loaded)
+{
+	int fd = open(loaded, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	fd = open(cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) == 0 ? 0 : -errno;
+	close(fd);
+	return rc;
+}
+
 /* Opens the store (loading the volume on a new cache dir), then serves
  * the mount on fuse_fd until it ends. gen 0 is the first worker of this
  * mount; a later one takes over from a dead predecessor. Returns the exit
@@ -581,14 +600,13 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	}
 	if (first) {
 		rc = from_snapshot ? 0 : fs_load_tree(fs);
-		int fd = rc ? -1 : open(loaded, O_CREAT | O_WRONLY, 0600);
-		if (rc || fd < 0) {
+		if (!rc)
+			rc = mark_loaded(o->cache_dir, loaded);
+		if (rc) {
 			fprintf(stderr, "tierfs: loading s3://%s/%s: %s\n",
-				o->bucket, o->prefix,
-				strerror(rc ? -rc : errno));
+				o->bucket, o->prefix, strerror(-rc));
 			goto out;
 		}
-		close(fd);
 	}
 	/* what a killed process left half-sent; its inodes are still dirty */
 	fs_abort_uploads(fs);

@@ -24,6 +24,9 @@ PACKAGES=(
 	# needs the wheel wheel in /usr/share/python-wheels
 	python3-venv python3-wheel-whl
 	git openssl procps util-linux
+	# which syscalls the daemon makes, in order (test_fs_index.py: the
+	# first mount's marker is made durable)
+	strace
 	# the local S3: OpenStack Swift with s3api, plus memcached
 	swift swift-proxy swift-account swift-container swift-object memcached
 	# peers for interop tests and benchmarks

@@ -10,11 +10,12 @@ changes not yet uploaded always win. Run under
 
 import os
 import stat
+import subprocess
 import time
 from pathlib import Path
 
 from s3util import body, keys, skip_unless_s3
-from tierfs_mount import Mount
+from tierfs_mount import TIERFS, Mount, is_mounted
 
 skip_unless_s3()
 
@@ -324,3 +325,43 @@ def test_a_name_removed_while_its_upload_is_held_stays_removed(
     finally:
         assert m.unmount() == 0, m.output()
     assert body(s3, f"{prefix}/a") == b"linked\n"
+
+
+def test_the_first_mount_syncs_the_cache_dir_after_its_loaded_marker(
+        volume, tmp_path):
+    """A power loss that took the cache dir's "loaded" marker but kept what
+    fsync made durable since would have the next mount load the volume
+    anew and drop those changes. The directory is synced after the marker
+    is made, before the mount serves (strace -y names each fd's file)."""
+    url, _ = volume
+    mnt, trace = tmp_path / "m", tmp_path / "trace"
+    m = Mount(url, str(mnt), str(tmp_path / "c"), *MOUNT_ARGS)
+    (mnt / "before").write_bytes(b"x")
+    assert m.unmount() == 0, m.output()
+    # a new cache dir: the first mount there loads the volume and marks it
+    cache = tmp_path / "c2"
+    tr = subprocess.Popen(
+        ["strace", "-f", "-qq", "-y", "-o", str(trace),
+         "-e", "trace=openat,fsync,fdatasync", TIERFS, "mount", url, str(mnt),
+         "--cache-dir", str(cache), *MOUNT_ARGS],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (is_mounted(str(mnt)) and (cache / "loaded").exists()):
+            assert time.monotonic() < deadline, "not mounted in 60 s"
+            time.sleep(0.05)
+        assert (mnt / "before").read_bytes() == b"x"
+    finally:
+        r = subprocess.run([TIERFS, "unmount", str(mnt), "--cache-dir",
+                            str(cache)], capture_output=True, text=True,
+                           timeout=120)
+        tr.wait(timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = trace.read_text().splitlines()
+    made = [i for i, line in enumerate(lines) if "openat(" in line and
+            f'"{cache}/loaded"' in line and "O_CREAT" in line]
+    assert made, "no openat of the marker in the trace"
+    synced = [i for i, line in enumerate(lines[made[0]:])
+              if ("fsync(" in line or "fdatasync(" in line) and
+              f"<{cache}>)" in line]
+    assert synced, "\n".join(lines[made[0]:made[0] + 40])
