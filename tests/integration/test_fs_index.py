@@ -9,10 +9,13 @@ changes not yet uploaded always win. Run under
 """
 
 import os
+import sqlite3
 import stat
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from s3util import body, keys, skip_unless_s3
 from tierfs_mount import TIERFS, Mount, is_mounted
@@ -365,3 +368,48 @@ def test_the_first_mount_syncs_the_cache_dir_after_its_loaded_marker(
               if ("fsync(" in line or "fdatasync(" in line) and
               f"<{cache}>)" in line]
     assert synced, "\n".join(lines[made[0]:made[0] + 40])
+
+
+@pytest.mark.parametrize("damage", ["not-sqlite", "torn-index-page"])
+def test_a_damaged_snapshot_is_refused_and_the_listing_loads_the_volume(
+        volume, s3, bucket, tmp_path, damage):
+    """An index snapshot that is not a sound SQLite file (overwritten by
+    another tool, or a page of it damaged) is refused with a message, and
+    the new node loads the volume from the listing instead."""
+    url, prefix = volume
+    a = Mount(url, str(tmp_path / "a"), str(tmp_path / "ca"), *MOUNT_ARGS)
+    try:
+        root = Path(a.mountpoint)
+        (root / "d").mkdir()
+        for i in range(300):
+            (root / "d" / f"f{i:03}").write_text(f"file {i}\n")
+        (root / "top").write_bytes(b"top\n")
+    finally:
+        assert a.unmount() == 0, a.output()
+    key = f"{prefix}/.tierfs/index.db"
+    snap = bytearray(body(s3, key))
+    if damage == "not-sqlite":
+        snap = bytearray(b"this is no database " * 200)
+    else:
+        # a leaf of an index no load reads (dentries by inode): only the
+        # snapshot's check finds it; the header still reads as SQLite
+        path = tmp_path / "index.db"
+        path.write_bytes(snap)
+        con = sqlite3.connect(path)
+        pageno, = con.execute("SELECT pageno FROM dbstat WHERE name = "
+                              "'dentries_ino' AND pagetype = 'leaf'").fetchone()
+        page, = con.execute("PRAGMA page_size").fetchone()
+        con.close()
+        at = (pageno - 1) * page
+        snap[at + 8:at + page] = b"\xff" * (page - 8)
+    s3.put_object(Bucket=bucket, Key=key, Body=bytes(snap))
+
+    b = Mount(url, str(tmp_path / "b"), str(tmp_path / "cb"), *MOUNT_ARGS)
+    try:
+        names = sorted(os.listdir(Path(b.mountpoint) / "d"))
+        assert names == [f"f{i:03}" for i in range(300)]
+        assert (Path(b.mountpoint) / "d" / "f123").read_text() == "file 123\n"
+        assert (Path(b.mountpoint) / "top").read_bytes() == b"top\n"
+    finally:
+        assert b.unmount() == 0, b.output()
+    assert "the index snapshot is unusable" in b.output()
