@@ -91,9 +91,15 @@ int fs_start(struct fs *fs, unsigned flags);
  * since the last; fs_destroy() writes one after its final flush. */
 int fs_snapshot(struct fs *fs);
 /* Downloads the volume's snapshot into db_path, ready for meta_open():
- * the first mount on an empty cache dir. -ENOENT when there is none. */
+ * the first mount on an empty cache dir. -ENOENT when there is none.
+ * meta_snapshot_check() is left to the caller, who may run it beside
+ * meta_open(). */
 int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 		      const char *db_path);
+/* Removes a SQLite file and the WAL, index and journal SQLite keeps beside
+ * it: a WAL left by another file of that name would be read into the
+ * next. */
+void fs_remove_store(const char *path);
 /* Aborts every multipart upload in progress under the prefix: the ones a
  * killed process left (their inodes are still dirty and upload again). */
 int fs_abort_uploads(struct fs *fs);

@@ -4,9 +4,10 @@
  *
  * First mount on an empty cache dir:
  *   PREFIX/.tierfs/index.db exists --> downloaded, adopted (meta.h), opened
- *       as the store: the whole tree at once (inode numbers, hard links,
- *       xattrs), then reconciled in the background after the mount, since
- *       the snapshot may be older than the objects;
+ *       as the store while a thread checks it (quick_check; a store that
+ *       fails is dropped for the listing): the whole tree at once (inode
+ *       numbers, hard links, xattrs), then reconciled in the background
+ *       after the mount, since the snapshot may be older than the objects;
  *   no snapshot --> fs_load_tree(): LIST, then HEAD per object (LIST does
  *       not return user metadata), before the mount.
  *
@@ -883,6 +884,25 @@ int fs_snapshot(struct fs *fs)
 	return rc;
 }
 
+void fs_remove_store(const char *path)
+{
+	static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+	char p[PATH_MAX + 16];
+	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+		snprintf(p, sizeof(p), "%s%s", path, sfx[i]);
+		unlink(p);
+	}
+}
+
+/* Whether the last close of path's connection took its WAL back into it:
+ * only then is path alone the whole store, and may be renamed. */
+static int wal_gone(const char *path)
+{
+	char p[PATH_MAX + 8];
+	snprintf(p, sizeof(p), "%s-wal", path);
+	return access(p, F_OK) != 0 && errno == ENOENT;
+}
+
 int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 		      const char *db_path)
 {
@@ -893,6 +913,7 @@ int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 	int rc = index_key(prefix, &key);
 	if (rc)
 		return rc;
+	fs_remove_store(tmp);
 	int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		free(key);
@@ -907,10 +928,12 @@ int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 	close(fd);
 	if (!rc)
 		rc = meta_snapshot_adopt(tmp);
+	if (!rc && !wal_gone(tmp))
+		rc = -EIO;
 	if (!rc && rename(tmp, db_path) != 0)
 		rc = -errno;
 	if (rc)
-		unlink(tmp);
+		fs_remove_store(tmp);
 	free(key);
 	return rc;
 }

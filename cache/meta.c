@@ -2054,39 +2054,66 @@ int meta_snapshot(struct meta *m, const char *path)
 	return rc;
 }
 
-int meta_snapshot_adopt(const char *path)
+/* A connection of its own to a snapshot that came from the bucket: nothing
+ * in it runs as code. NULL when it does not open. */
+static sqlite3 *snapshot_open(const char *path)
 {
 	sqlite3 *db = NULL;
-	int64_t v = 0;
 	int rc = sqlite3_open_v2(
 		path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc == SQLITE_OK &&
+	    (sqlite3_busy_timeout(db, META_BUSY_TIMEOUT_MS) != SQLITE_OK ||
+	     side_exec(db, "PRAGMA trusted_schema=OFF", NULL)))
+		rc = SQLITE_ERROR;
 	if (rc != SQLITE_OK) {
 		meta_log("%s: %s", path,
 			 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 		sqlite3_close(db);
-		return -EINVAL;
+		return NULL;
 	}
-	/* the file came from the bucket: nothing in it runs as code */
-	rc = side_exec(db, "PRAGMA trusted_schema=OFF", NULL);
+	return db;
+}
+
+int meta_snapshot_check(const char *path)
+{
+	sqlite3 *db = snapshot_open(path);
+	if (!db)
+		return -EINVAL;
 	sqlite3_stmt *st = NULL;
-	if (!rc &&
-	    sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL) ==
+	int rc = -EINVAL;
+	if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL) ==
 		    SQLITE_OK &&
 	    sqlite3_step(st) == SQLITE_ROW) {
 		const unsigned char *ok = sqlite3_column_text(st, 0);
-		if (!ok || strcmp((const char *)ok, "ok") != 0)
-			rc = -EINVAL;
-	} else if (!rc) {
-		rc = -EINVAL;
+		if (ok && strcmp((const char *)ok, "ok") == 0)
+			rc = 0;
+		else
+			meta_log("%s: quick_check: %s", path,
+				 ok ? (const char *)ok : "no answer");
 	}
 	sqlite3_finalize(st);
-	st = NULL;
-	if (!rc && (sqlite3_prepare_v2(db, "PRAGMA application_id", -1, &st,
-				       NULL) != SQLITE_OK ||
-		    sqlite3_step(st) != SQLITE_ROW ||
-		    (v = sqlite3_column_int64(st, 0)) != META_APP_ID))
+	sqlite3_close(db);
+	return rc;
+}
+
+int meta_snapshot_adopt(const char *path)
+{
+	sqlite3 *db = snapshot_open(path);
+	int64_t v = 0;
+	if (!db)
+		return -EINVAL;
+	int rc = 0;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(db, "PRAGMA application_id", -1, &st, NULL) !=
+		    SQLITE_OK ||
+	    sqlite3_step(st) != SQLITE_ROW ||
+	    (v = sqlite3_column_int64(st, 0)) != META_APP_ID)
 		rc = -EINVAL;
 	sqlite3_finalize(st);
+	/* in WAL mode already, as the store opens it: a meta_snapshot_check()
+	 * may then read it beside the store's first writes */
+	if (!rc)
+		rc = side_exec(db, "PRAGMA journal_mode=WAL", NULL);
 	/* What the writer had not uploaded is not in S3: its dirty flags
 	 * mean nothing here, and the ETag "!" (an object whose version is
 	 * not known) makes the reconciliation compare such an inode with S3

@@ -127,11 +127,16 @@ uint64_t meta_changes(struct meta *m);
  * go on meanwhile): the index snapshot a new node loads. */
 int meta_snapshot(struct meta *m, const char *path);
 /* Prepares a downloaded snapshot at path to be opened as this node's
- * store: checks it (quick_check, application id), forgets the writer's
- * dirty flags and queued deletions, and sets the ETag of what was dirty
- * to "!" (an object of unknown version) so that a reconciliation
- * compares it with S3. -EINVAL when unusable. */
+ * store: checks its application id, forgets the writer's dirty flags and
+ * queued deletions, and sets the ETag of what was dirty to "!" (an object
+ * of unknown version) so that a reconciliation compares it with S3; leaves
+ * it in WAL mode. -EINVAL when unusable. */
 int meta_snapshot_adopt(const char *path);
+/* SQLite's quick_check of an adopted snapshot, on a connection of its own:
+ * it may run beside meta_open() of the same file (a thread of the worker
+ * does, on a second core), and a store that fails it is not used. 0 when
+ * sound, else -EINVAL. */
+int meta_snapshot_check(const char *path);
 
 /* -ENOENT when parent has no such name. */
 int meta_lookup(struct meta *m, uint64_t parent, const char *name,
