@@ -69,12 +69,13 @@ static int setup(void **state)
 	return 0;
 }
 
-static void remove_files(struct fixture *f)
+/* A SQLite file and what SQLite keeps beside it. */
+static void remove_db(const char *path)
 {
 	static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
-	char p[128];
+	char p[160];
 	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
-		snprintf(p, sizeof(p), "%s%s", f->path, sfx[i]);
+		snprintf(p, sizeof(p), "%s%s", path, sfx[i]);
 		unlink(p);
 	}
 }
@@ -85,7 +86,7 @@ static int teardown(void **state)
 	if (f->m)
 		assert_int_equal(meta_check(f->m), 0);
 	meta_close(f->m);
-	remove_files(f);
+	remove_db(f->path);
 	rmdir(f->dir);
 	free(f);
 	return 0;
@@ -1790,12 +1791,7 @@ static void test_adopt_rejects_what_is_not_a_store(void **state)
 	close(fd);
 	(void)meta_snapshot_adopt(p);
 	assert_int_equal(meta_snapshot_check(p), -EINVAL);
-	unlink(p);
-	char side[160];
-	snprintf(side, sizeof(side), "%s-wal", p);
-	unlink(side);
-	snprintf(side, sizeof(side), "%s-shm", p);
-	unlink(side);
+	remove_db(p);
 }
 
 static void
