@@ -1602,8 +1602,11 @@ static struct inode *loaded_inode(struct meta *m, struct load_order *o,
 }
 
 /* The rows come in ino order (the query's ORDER BY is the table's own), so
- * a number not above the last one is a duplicate: no lookup finds it. */
-static int load_inodes(struct meta *m, sqlite3_stmt *st, struct load_order *o)
+ * a number not above the last one is a duplicate: no lookup finds it.
+ * Orphans are counted into *orphans and left out, unless the kernel may
+ * still hold them (adopt_kernel_refs). */
+static int load_inodes(struct meta *m, sqlite3_stmt *st, struct load_order *o,
+		       unsigned *orphans)
 {
 	int rc;
 	uint64_t last = 0;
@@ -1654,11 +1657,16 @@ static int load_inodes(struct meta *m, sqlite3_stmt *st, struct load_order *o)
 			return -EIO;
 		}
 		last = a->ino;
+		if (a->ino >= m->next_ino)
+			m->next_ino = a->ino + 1;
+		if (is_orphan(in) && !m->cfg.adopt_kernel_refs) {
+			(*orphans)++;
+			inode_free(in);
+			continue;
+		}
 		in->ck_names = o->n;
 		o->v[o->n++] = in;
 		inode_attach(m, in);
-		if (a->ino >= m->next_ino)
-			m->next_ino = a->ino + 1;
 	}
 	return rc == SQLITE_DONE ? 0 : errno_of(rc);
 }
@@ -1735,7 +1743,28 @@ static int load_xattrs(struct meta *m, sqlite3_stmt *st)
 	return rc == SQLITE_DONE ? 0 : errno_of(rc);
 }
 
-/* Deletes the orphans of the last run, then reads every table. */
+/* Deletes the orphans load_inodes() found: files unlinked while open,
+ * whose last close the last run did not see. */
+static int delete_orphans(struct meta *m, unsigned found)
+{
+	int before = sqlite3_total_changes(m->db);
+	int rc = db_exec(m, "BEGIN IMMEDIATE;"
+			    "DELETE FROM xattrs WHERE ino IN (SELECT ino FROM "
+			    "inodes WHERE nlink = 0 AND ino <> 1);"
+			    "DELETE FROM inodes WHERE nlink = 0 AND ino <> 1;"
+			    "COMMIT");
+	if (rc) {
+		if (!sqlite3_get_autocommit(m->db) &&
+		    db_exec(m, "ROLLBACK") != 0)
+			meta_log("%s: rollback failed", m->path);
+		return rc;
+	}
+	meta_log("%s: deleted %u orphaned inodes (%d rows)", m->path, found,
+		 sqlite3_total_changes(m->db) - before);
+	return 0;
+}
+
+/* Reads every table, deleting the orphans of the last run on the way. */
 static int load(struct meta *m)
 {
 	static const char *const queries[3] = {
@@ -1746,28 +1775,8 @@ static int load(struct meta *m)
 		"SELECT ino, name, value FROM xattrs ORDER BY rowid",
 	};
 	int64_t v = 0;
-	int found = 0;
-	int before = sqlite3_total_changes(m->db);
-	/* a worker that takes over a live mount keeps them: the kernel may
-	 * still hold them open */
-	int rc = m->cfg.adopt_kernel_refs
-			 ? 0
-			 : db_exec(m, "BEGIN IMMEDIATE;"
-				      "DELETE FROM xattrs WHERE ino IN (SELECT "
-				      "ino FROM inodes WHERE nlink = 0 AND ino "
-				      "<> 1);"
-				      "DELETE FROM inodes WHERE nlink = 0 AND "
-				      "ino <> 1;"
-				      "COMMIT");
-	if (rc) {
-		if (!sqlite3_get_autocommit(m->db) &&
-		    db_exec(m, "ROLLBACK") != 0)
-			meta_log("%s: rollback failed", m->path);
-		return rc;
-	}
-	if (sqlite3_total_changes(m->db) != before)
-		meta_log("%s: deleted %d rows of orphaned inodes", m->path,
-			 sqlite3_total_changes(m->db) - before);
+	int found = 0, rc;
+	unsigned orphans = 0;
 
 	m->next_ino = META_ROOT_INO + 1;
 	m->next_cookie = 1;
@@ -1801,13 +1810,16 @@ static int load(struct meta *m)
 				 sqlite3_errmsg(m->db));
 			rc = -EIO;
 		} else if (i == 0) {
-			rc = load_inodes(m, st, &order);
+			rc = load_inodes(m, st, &order, &orphans);
 		} else if (i == 1) {
 			rc = load_dentries(m, st, &order);
 		} else {
 			rc = load_xattrs(m, st);
 		}
 		sqlite3_finalize(st);
+		/* before the xattrs are read: theirs go with them */
+		if (!rc && i == 0 && orphans)
+			rc = delete_orphans(m, orphans);
 	}
 	free(order.v);
 	if (rc)

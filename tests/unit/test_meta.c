@@ -906,8 +906,12 @@ static void test_orphans_are_deleted_at_reopen(void **state)
 	struct fixture *f = *state;
 	uint64_t file = mkfile(f->m, ROOT, "f");
 	uint64_t d = mkdir_(f->m, ROOT, "d");
+	uint64_t kept = mkfile(f->m, ROOT, "kept");
 	meta_ref(f->m, file, 1);
 	meta_ref(f->m, d, 1);
+	/* the orphan's xattrs go with it; the others are still read */
+	assert_int_equal(meta_setxattr(f->m, file, "user.k", "v", 1, 0), 0);
+	assert_int_equal(meta_setxattr(f->m, kept, "user.k", "w", 1, 0), 0);
 	assert_int_equal(meta_unlink(f->m, ROOT, "f", 0, NULL), 0);
 	assert_int_equal(meta_unlink(f->m, ROOT, "d", 1, NULL), 0);
 	reopen(f, SLOW_INTERVAL_MS);
@@ -916,9 +920,16 @@ static void test_orphans_are_deleted_at_reopen(void **state)
 	assert_int_equal(meta_getattr(f->m, d, &a), -ENOENT);
 	uint64_t bytes, inodes;
 	meta_usage(f->m, &bytes, &inodes);
-	assert_int_equal(inodes, 1);
+	assert_int_equal(inodes, 2);
 	assert_int_equal(getattr(f->m, ROOT).nlink, 2);
-	assert_int_equal(peek(f->path, "SELECT count(*) FROM inodes"), 1);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM inodes"), 2);
+	assert_int_equal(peek(f->path, "SELECT count(*) FROM xattrs"), 1);
+	char v[4];
+	assert_int_equal(meta_getxattr(f->m, kept, "user.k", v, sizeof(v)), 1);
+	assert_int_equal(v[0], 'w');
+	/* numbers are not given out again */
+	assert_true(mkfile(f->m, ROOT, "new") > file);
+	assert_true(meta_check(f->m) == 0);
 }
 
 /* ---- rename ------------------------------------------------------------- */
