@@ -101,9 +101,19 @@ int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
  * it: a WAL left by another file of that name would be read into the
  * next. */
 void fs_remove_store(const char *path);
-/* Aborts every multipart upload in progress under the prefix: the ones a
- * killed process left (their inodes are still dirty and upload again). */
-int fs_abort_uploads(struct fs *fs);
+/* What a killed process left half-sent: the multipart uploads in progress
+ * under the prefix (their inodes are still dirty and upload again).
+ * fs_find_stale_uploads() only lists them, so it runs beside the load,
+ * before the lease is confirmed and before this process starts uploads of
+ * its own; fs_abort_stale_uploads() aborts what it found (nothing with a
+ * read-only or NULL fs) and frees it. */
+struct fs_stale_uploads {
+	struct s3_upload_list *pages; /* owned */
+	size_t npages;
+};
+int fs_find_stale_uploads(s3_client *s3, const char *bucket, const char *prefix,
+			  struct fs_stale_uploads *out);
+void fs_abort_stale_uploads(struct fs *fs, struct fs_stale_uploads *stale);
 /* Reads the prefix with LIST (+ HEAD for attributes) into a meta store
  * that holds only the root: the first mount of a volume on a cache dir
  * when it has no snapshot. */

@@ -943,51 +943,65 @@ int fs_fetch_snapshot(s3_client *s3, const char *bucket, const char *prefix,
 
 /* ---- recovery ------------------------------------------------------------ */
 
-int fs_abort_uploads(struct fs *fs)
+int fs_find_stale_uploads(s3_client *s3, const char *bucket, const char *prefix,
+			  struct fs_stale_uploads *out)
 {
 	struct s3_error e;
-	char *prefix = NULL, *key_marker = NULL, *id_marker = NULL;
-	unsigned aborted = 0;
+	char *pfx = NULL;
+	const char *key_marker = NULL, *id_marker = NULL;
 	int rc = 0;
-	if (fs->cfg.read_only)
-		return 0;
-	if (*fs->prefix && asprintf(&prefix, "%s/", fs->prefix) < 0)
+	out->pages = NULL;
+	out->npages = 0;
+	if (*prefix && asprintf(&pfx, "%s/", prefix) < 0)
 		return -ENOMEM;
 	for (;;) {
 		struct s3_upload_list l;
-		rc = s3_mpu_list(fs->s3, fs->bucket, prefix ? prefix : "",
-				 key_marker, id_marker, &l, &e);
+		rc = s3_mpu_list(s3, bucket, pfx ? pfx : "", key_marker,
+				 id_marker, &l, &e);
 		if (rc) {
 			fs_log("listing multipart uploads failed: %s: %s",
 			       e.code, e.message);
 			break;
 		}
+		struct s3_upload_list *v = realloc(
+			out->pages, (out->npages + 1) * sizeof(*out->pages));
+		if (!v) {
+			s3_upload_list_free(&l);
+			rc = -ENOMEM;
+			break;
+		}
+		out->pages = v;
+		out->pages[out->npages++] = l;
+		if (!l.truncated || !l.next_key_marker)
+			break;
+		key_marker = l.next_key_marker;
+		id_marker = l.next_upload_id_marker;
+	}
+	free(pfx);
+	return rc;
+}
+
+void fs_abort_stale_uploads(struct fs *fs, struct fs_stale_uploads *stale)
+{
+	struct s3_error e;
+	unsigned aborted = 0;
+	for (size_t p = 0; p < stale->npages; p++) {
+		struct s3_upload_list *l = &stale->pages[p];
 		/* one writer per volume: an upload in progress here is one a
 		 * dead process of ours left; its inode is still dirty */
-		for (size_t i = 0; i < l.nuploads; i++)
-			if (s3_mpu_abort(fs->s3, fs->bucket, l.uploads[i].key,
-					 l.uploads[i].upload_id, &e) == 0)
+		for (size_t i = 0; fs && !fs->cfg.read_only && i < l->nuploads;
+		     i++)
+			if (s3_mpu_abort(fs->s3, fs->bucket, l->uploads[i].key,
+					 l->uploads[i].upload_id, &e) == 0)
 				aborted++;
-		free(key_marker);
-		free(id_marker);
-		key_marker = l.truncated ? l.next_key_marker : NULL;
-		id_marker = l.truncated ? l.next_upload_id_marker : NULL;
-		if (l.truncated) {
-			l.next_key_marker = NULL;
-			l.next_upload_id_marker = NULL;
-		}
-		int more = l.truncated && key_marker;
-		s3_upload_list_free(&l);
-		if (!more)
-			break;
+		s3_upload_list_free(l);
 	}
+	free(stale->pages);
+	stale->pages = NULL;
+	stale->npages = 0;
 	if (aborted)
 		fs_log("aborted %u multipart uploads left by an earlier run",
 		       aborted);
-	free(key_marker);
-	free(id_marker);
-	free(prefix);
-	return rc;
 }
 
 /* ---- the background thread ----------------------------------------------- */

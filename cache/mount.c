@@ -491,6 +491,20 @@ static void *check_main(void *arg)
 	return NULL;
 }
 
+struct stale_find {
+	s3_client *s3;
+	const struct mount_opts *o;
+	struct fs_stale_uploads found;
+};
+
+static void *find_main(void *arg)
+{
+	struct stale_find *f = arg;
+	/* a failed listing is logged; the uploads wait for the next mount */
+	fs_find_stale_uploads(f->s3, f->o->bucket, f->o->prefix, &f->found);
+	return NULL;
+}
+
 /* Creates the cache dir's "loaded": the volume is in the store, and no
  * mount from here on loads it again. Durable (the directory synced) before
  * the mount serves: a power loss that took the marker but kept what fsync
@@ -546,6 +560,7 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	struct meta *meta = NULL;
 	struct fs *fs = NULL;
 	struct fuse_session *se = NULL;
+	struct stale_find stale = {s3, o, {NULL, 0}};
 	int rc, status = 1;
 
 	on_stop_signals(worker_signal);
@@ -584,14 +599,20 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	 * 100k files took with one after the other); a store that fails it
 	 * is dropped, and so is one that does not load */
 	struct snapshot_check chk = {path, 0};
-	pthread_t checker;
+	pthread_t checker, finder;
 	int checking = from_snapshot &&
 		       pthread_create(&checker, NULL, check_main, &chk) == 0;
+	/* and the uploads a killed process left are listed meanwhile (a
+	 * read, before the lease is confirmed: the aborts wait for it) */
+	int finding = !o->fs.read_only &&
+		      pthread_create(&finder, NULL, find_main, &stale) == 0;
 	if (from_snapshot && !checking)
 		chk.rc = meta_snapshot_check(path);
 	rc = meta_open(&mc, &meta);
 	if (checking)
 		pthread_join(checker, NULL);
+	if (finding)
+		pthread_join(finder, NULL);
 	if (from_snapshot && (chk.rc || rc)) {
 		snapshot_unusable(chk.rc ? chk.rc : rc);
 		if (meta)
@@ -656,8 +677,7 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 			goto out;
 		}
 	}
-	/* what a killed process left half-sent; its inodes are still dirty */
-	fs_abort_uploads(fs);
+	fs_abort_stale_uploads(fs, &stale.found);
 
 	char *fargv[] = {"tierfs", NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(1, fargv);
@@ -699,6 +719,7 @@ out:
 		fuse_session_destroy(se);
 	if (meta)
 		meta_close(meta);
+	fs_abort_stale_uploads(NULL, &stale.found); /* frees what is left */
 	s3_client_destroy(s3);
 	report(report_fd, status ? EIO : 0);
 	return status;

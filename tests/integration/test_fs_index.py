@@ -420,3 +420,42 @@ def test_a_damaged_snapshot_is_refused_and_the_listing_loads_the_volume(
     finally:
         assert b.unmount() == 0, b.output()
     assert "the index snapshot is unusable" in b.output()
+
+
+def test_uploads_a_dead_process_left_are_aborted_by_the_next_mount(
+        volume, s3, bucket, tmp_path):
+    """A multipart upload in progress under the volume's prefix can only be
+    one a killed tierfs left (one writer per volume): the next read-write
+    mount aborts it before it serves, whether it starts from the index
+    snapshot or from a listing. A read-only mount leaves it, and so does
+    every mount the upload of a volume whose prefix merely starts the
+    same."""
+    url, prefix = volume
+
+    def open_uploads(p):
+        got = s3.list_multipart_uploads(Bucket=bucket, Prefix=p)
+        return {u["Key"] for u in got.get("Uploads", [])}
+
+    other = s3.create_multipart_upload(Bucket=bucket, Key=f"{prefix}x/big")
+    try:
+        for start in ("listing", "snapshot"):
+            s3.create_multipart_upload(Bucket=bucket, Key=f"{prefix}/big")
+            assert open_uploads(prefix + "/") == {f"{prefix}/big"}
+            ro = Mount(url, str(tmp_path / f"r-{start}"),
+                       str(tmp_path / f"cr-{start}"), *MOUNT_ARGS,
+                       "--read-only")
+            assert ro.unmount() == 0, ro.output()
+            assert open_uploads(prefix + "/") == {f"{prefix}/big"}
+            m = Mount(url, str(tmp_path / start), str(tmp_path / f"c-{start}"),
+                      *MOUNT_ARGS)
+            try:
+                assert open_uploads(prefix + "/") == set()
+                assert "aborted 1 multipart uploads" in m.output()
+                # the snapshot the second round starts from
+                (Path(m.mountpoint) / start).write_text(start)
+            finally:
+                assert m.unmount() == 0, m.output()
+            assert open_uploads(f"{prefix}x/") == {f"{prefix}x/big"}
+    finally:
+        s3.abort_multipart_upload(Bucket=bucket, Key=f"{prefix}x/big",
+                                  UploadId=other["UploadId"])
