@@ -901,6 +901,17 @@ static void reap_failed(pid_t pid)
 	}
 }
 
+/* Whether HEAD finds the bucket; says why not. */
+static int bucket_reachable(s3_client *s3, const char *bucket)
+{
+	struct s3_error e;
+	if (s3_head_bucket(s3, bucket, &e) == 0)
+		return 1;
+	fprintf(stderr, "tierfs: bucket '%s': %s: %s\n", bucket, e.code,
+		e.message);
+	return 0;
+}
+
 static int mount_main(int argc, char **argv)
 {
 	struct mount_opts o;
@@ -939,13 +950,13 @@ static int mount_main(int argc, char **argv)
 		fprintf(stderr, "tierfs: cannot create the S3 client\n");
 		goto out;
 	}
-	struct s3_error e;
-	rc = s3_head_bucket(s3, o.bucket, &e);
-	if (rc) {
-		fprintf(stderr, "tierfs: bucket '%s': %s: %s\n", o.bucket,
-			e.code, e.message);
+	/* A mount that takes the lease learns that the bucket is there, and
+	 * the credentials good, from the lease's GET; the HEAD then only
+	 * explains a failure. It was 7-24 ms before the lease's PUT, from
+	 * which the read-back waits LEASE_SETTLE_MS before the mount serves. */
+	int leased = !o.fs.read_only && !o.no_lease;
+	if (!leased && !bucket_reachable(s3, o.bucket))
 		goto out;
-	}
 	/* one daemon per cache dir: the lock is inherited by the supervisor
 	 * and its workers, and free once the last of them is gone */
 	rc = mkdir_p(o.cache_dir, 0700);
@@ -976,7 +987,7 @@ static int mount_main(int argc, char **argv)
 	}
 	/* one writer per volume: the lease, before anything is mounted;
 	 * --no-lease (RWX) takes none: the last writer of a file wins */
-	if (!o.fs.read_only && !o.no_lease) {
+	if (leased) {
 		rc = lease_init(&lease, s3, o.bucket, o.prefix, o.cache_dir,
 				o.node_name);
 		have_lease = rc == 0;
@@ -989,8 +1000,10 @@ static int mount_main(int argc, char **argv)
 			goto out;
 		}
 		if (rc) {
-			fprintf(stderr, "tierfs: taking the write lease: %s\n",
-				strerror(-rc));
+			if (bucket_reachable(s3, o.bucket))
+				fprintf(stderr,
+					"tierfs: taking the write lease: %s\n",
+					strerror(-rc));
 			goto out;
 		}
 		if (o.take_over)

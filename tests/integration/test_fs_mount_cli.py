@@ -77,11 +77,27 @@ def test_credentials_come_from_a_0600_file_never_argv(tmp_path):
         subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
 
 
-def test_wrong_secret_fails_before_mounting(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--read-only"], ["--no-lease"]])
+def test_a_missing_bucket_is_named_and_nothing_is_mounted(tmp_path, extra):
+    """A read-write mount learns of it from the lease's requests (it sends
+    no HEAD first); every kind says it the same way."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = run("s3://tierfs-no-such-bucket/cli", str(mnt), "--cache-dir",
+            str(tmp_path / "c"), *extra)
+    assert r.returncode == 1
+    assert "bucket 'tierfs-no-such-bucket'" in r.stderr, r.stderr
+    assert "404" in r.stderr or "NoSuchBucket" in r.stderr, r.stderr
+    assert not is_mounted(str(mnt))
+
+
+@pytest.mark.parametrize("extra", [[], ["--read-only"]])
+def test_wrong_secret_fails_before_mounting_with_or_without_a_lease(
+        tmp_path, extra):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     r = run(f"s3://{BUCKET}/cli", str(mnt), "--cache-dir", str(tmp_path / "c"),
-            env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-value"})
+            *extra, env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-value"})
     assert r.returncode == 1
     assert "SignatureDoesNotMatch" in r.stderr or "Forbidden" in r.stderr, r.stderr
     assert "wrong-secret-value" not in r.stderr
