@@ -462,6 +462,34 @@ static void test_open_rejects_a_dentry_naming_a_missing_inode(void **state)
 	reopen_expect(f, -EIO);
 }
 
+/* Names are checked where the entries are read (beside the inodes' load);
+ * the entries read before a bad one are freed (ASan). */
+static void test_open_rejects_a_name_no_entry_may_have(void **state)
+{
+	struct fixture *f = *state;
+	for (int i = 0; i < 50; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "f%d", i);
+		mkfile(f->m, ROOT, name);
+	}
+	uint64_t last = mkfile(f->m, ROOT, "last");
+	meta_close(f->m);
+	f->m = NULL;
+	static const char *const bad[] = {"a/b", "..", "."};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char sql[160];
+		snprintf(sql, sizeof(sql),
+			 "UPDATE dentries SET name = '%s' WHERE ino = %" PRIu64,
+			 bad[i], last);
+		exec_rw(f->path, sql);
+		reopen_expect(f, -EIO);
+	}
+	exec_rw(f->path, "UPDATE dentries SET name = 'last' WHERE name = '.'");
+	reopen(f, SLOW_INTERVAL_MS);
+	assert_int_equal(lookup_ino(f->m, ROOT, "last"), last);
+	assert_int_equal(meta_check(f->m), 0);
+}
+
 static void test_open_rejects_a_directory_with_two_names(void **state)
 {
 	struct fixture *f = *state;
@@ -2721,6 +2749,7 @@ int main(void)
 		T(test_open_requires_a_path),
 		T(test_open_rejects_nlink_that_disagrees_with_names),
 		T(test_open_rejects_a_dentry_naming_a_missing_inode),
+		T(test_open_rejects_a_name_no_entry_may_have),
 		T(test_open_rejects_a_directory_with_two_names),
 		T(test_reopen_rebuilds_entries_out_of_inode_order),
 		T(test_open_rejects_inode_number_zero),
