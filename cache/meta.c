@@ -1853,15 +1853,22 @@ static int delete_orphans(struct meta *m, unsigned found)
 	return 0;
 }
 
+/* One of load()'s queries; NULL (said in the log) when it does not
+ * prepare. */
+static sqlite3_stmt *load_query(struct meta *m, const char *sql)
+{
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v2(m->db, sql, -1, &st, NULL) != SQLITE_OK) {
+		meta_log("%s: '%s': %s", m->path, sql, sqlite3_errmsg(m->db));
+		sqlite3_finalize(st);
+		return NULL;
+	}
+	return st;
+}
+
 /* Reads every table, deleting the orphans of the last run on the way. */
 static int load(struct meta *m)
 {
-	static const char *const queries[2] = {
-		"SELECT ino, mode, uid, gid, nlink, size, atime_s, atime_ns, "
-		"mtime_s, mtime_ns, ctime_s, ctime_ns, rdev, target, etag, "
-		"dirty, change_seq, generation FROM inodes ORDER BY ino",
-		"SELECT ino, name, value FROM xattrs ORDER BY rowid",
-	};
 	int64_t v = 0;
 	int found = 0, rc;
 	unsigned orphans = 0;
@@ -1894,35 +1901,32 @@ static int load(struct meta *m)
 	pthread_t reader;
 	int reading =
 		!rc && pthread_create(&reader, NULL, read_dentries, &dr) == 0;
-	for (int i = 0; !rc && i < 2; i++) {
-		sqlite3_stmt *st = NULL;
-		if (sqlite3_prepare_v2(m->db, queries[i], -1, &st, NULL) !=
-		    SQLITE_OK) {
-			meta_log("%s: '%s': %s", m->path, queries[i],
-				 sqlite3_errmsg(m->db));
-			rc = -EIO;
-		} else if (i == 0) {
-			rc = load_inodes(m, st, &order, &orphans);
-		} else {
-			rc = load_xattrs(m, st);
-		}
-		sqlite3_finalize(st);
-		if (i > 0)
-			continue;
-		/* before the xattrs are read: theirs go with them */
-		if (!rc && orphans)
-			rc = delete_orphans(m, orphans);
-		if (reading)
-			pthread_join(reader, NULL);
-		else if (!rc)
-			read_dentries(&dr);
-		reading = 0;
-		if (!rc)
-			rc = link_dentries(m, &dr, &order);
-	}
+	sqlite3_stmt *st =
+		rc ? NULL
+		   : load_query(m, "SELECT ino, mode, uid, gid, nlink, size, "
+				   "atime_s, atime_ns, mtime_s, mtime_ns, "
+				   "ctime_s, ctime_ns, rdev, target, etag, "
+				   "dirty, change_seq, generation FROM inodes "
+				   "ORDER BY ino");
+	if (!rc)
+		rc = st ? load_inodes(m, st, &order, &orphans) : -EIO;
+	sqlite3_finalize(st);
+	/* before the xattrs are read: theirs go with them */
+	if (!rc && orphans)
+		rc = delete_orphans(m, orphans);
 	if (reading)
 		pthread_join(reader, NULL);
-	dentry_rows_free(&dr, 0); /* none, unless the load failed first */
+	else if (!rc)
+		read_dentries(&dr);
+	if (!rc)
+		rc = link_dentries(m, &dr, &order);
+	dentry_rows_free(&dr, 0); /* none left, unless the load failed first */
+	st = rc ? NULL
+		: load_query(m, "SELECT ino, name, value FROM xattrs ORDER BY "
+				"rowid");
+	if (!rc)
+		rc = st ? load_xattrs(m, st) : -EIO;
+	sqlite3_finalize(st);
 	free(order.v);
 	if (rc)
 		return rc;
