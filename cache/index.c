@@ -60,6 +60,9 @@ struct listing {
 	size_t n, cap;
 	char **dirs; /* every directory a key implies; sorted, unique */
 	size_t ndirs, capdirs;
+	/* fs->stop for a reconciliation, which an unmount need not wait for
+	 * (a LIST of 100k objects is 100 requests); NULL for a first load */
+	const int *stop;
 };
 
 static int robj_cmp(const void *a, const void *b)
@@ -93,6 +96,8 @@ static int push_dir(struct listing *l, const char *path, size_t len)
 static int list_page(void *ctx, const struct s3_list_page *p)
 {
 	struct listing *l = ctx;
+	if (l->stop && __atomic_load_n(l->stop, __ATOMIC_RELAXED))
+		return -ECANCELED;
 	for (size_t i = 0; i < p->nentries; i++) {
 		if (l->n == l->cap) {
 			size_t cap = l->cap ? l->cap * 2 : 1024;
@@ -128,16 +133,19 @@ static void listing_free(struct listing *l)
 
 /* LISTs the prefix, keeps the keys that name paths, sorts them, and
  * derives the implied directories. */
-static int listing_load(struct fs *fs, struct listing *l)
+static int listing_load(struct fs *fs, struct listing *l, int stoppable)
 {
 	struct s3_error e;
 	char *prefix = NULL;
 	memset(l, 0, sizeof(*l));
+	l->stop = stoppable ? &fs->stop : NULL;
 	if (*fs->prefix && asprintf(&prefix, "%s/", fs->prefix) < 0)
 		return -ENOMEM;
 	int rc = s3_list_all(fs->s3, fs->bucket, prefix ? prefix : "", NULL,
 			     list_page, l, &e);
-	if (rc)
+	if (rc == -ECANCELED)
+		fs_log("reconciliation stopped: the mount is ending");
+	else if (rc)
 		fs_log("listing s3://%s/%s failed: %s: %s", fs->bucket,
 		       prefix ? prefix : "", e.code, e.message);
 	free(prefix);
@@ -782,7 +790,7 @@ static int run_pass(struct rec *r)
 	uint64_t t0 = fs_now_ms();
 	if (!r->initial)
 		fs_touch_begin(fs);
-	int rc = listing_load(fs, &r->l);
+	int rc = listing_load(fs, &r->l, !r->initial);
 	/* a listing that ages before it is used */
 	if (!rc && !r->initial)
 		fs_debug_pause("TIERFS_DEBUG_RECONCILE_PAUSE_MS");
@@ -806,10 +814,11 @@ static int run_pass(struct rec *r)
 	send_notes(r);
 	if (!rc)
 		rc = meta_commit(fs->meta);
-	fs_log("reconciled with %zu objects in %llu ms: %u added, %u "
-	       "updated, %u removed, %u busy (next time)",
-	       r->l.n, (unsigned long long)(fs_now_ms() - t0), r->added,
-	       r->updated, r->removed, r->busy);
+	if (rc != -ECANCELED)
+		fs_log("reconciled with %zu objects in %llu ms: %u added, %u "
+		       "updated, %u removed, %u busy (next time)",
+		       r->l.n, (unsigned long long)(fs_now_ms() - t0), r->added,
+		       r->updated, r->removed, r->busy);
 	listing_free(&r->l);
 	free(r->dirs);
 	free(r->notes);
@@ -1130,7 +1139,8 @@ static void *bg_main(void *arg)
 				answer_flush_request(fs);
 			next_lease = fs_now_ms() + fs->cfg.lease_interval_ms;
 		} else if (rec) {
-			if (fs_reconcile(fs) != 0)
+			int rc = fs_reconcile(fs);
+			if (rc && rc != -ECANCELED)
 				fs_log("reconciliation failed; will retry");
 			next_rec = rec_every ? fs_now_ms() + rec_every
 					     : UINT64_MAX;
@@ -1173,7 +1183,8 @@ void fs_bg_stop(struct fs *fs)
 	if (!fs->has_bg)
 		return;
 	pthread_mutex_lock(&fs->lock);
-	fs->stop = 1;
+	/* atomic: a reconciliation's listing reads it without the lock */
+	__atomic_store_n(&fs->stop, 1, __ATOMIC_RELAXED);
 	pthread_cond_signal(&fs->bg_wake);
 	pthread_mutex_unlock(&fs->lock);
 	pthread_join(fs->bg, NULL);

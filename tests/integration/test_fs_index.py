@@ -12,7 +12,9 @@ import os
 import sqlite3
 import stat
 import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -459,3 +461,44 @@ def test_uploads_a_dead_process_left_are_aborted_by_the_next_mount(
     finally:
         s3.abort_multipart_upload(Bucket=bucket, Key=f"{prefix}x/big",
                                   UploadId=other["UploadId"])
+
+
+def test_an_unmount_stops_a_reconciliation_between_its_listing_requests(
+        volume, s3, bucket, tmp_path):
+    """A reconciliation lists the whole prefix, 1000 keys a request (100
+    requests for 100k files). An unmount while it lists waits for the
+    request in flight, not for the rest: here 2,100 objects make three
+    pages, a fault proxy holds each LIST for 1.5 s, and the unmount comes
+    while the first is held. The second page is never asked for."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from faultproxy import FaultProxy
+    url, prefix = volume
+    with ThreadPoolExecutor(16) as ex:
+        list(ex.map(lambda i: s3.put_object(Bucket=bucket,
+                                            Key=f"{prefix}/f{i:05}", Body=b""),
+                    range(2100)))
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    proxy.start()
+    m = None
+
+    def lists(since):
+        return [e for e in list(proxy.log)[since:]
+                if e["method"] == "GET" and "list-type=2" in e["path"]]
+    try:
+        m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS,
+                  "--reconcile-interval", "1s",
+                  env={"AWS_ENDPOINT_URL": proxy.url})
+        assert len(os.listdir(m.mountpoint)) == 2100
+        since = len(proxy.log)
+        proxy.add_rule("delay:1500", method="GET", regex="list-type=2",
+                       count=100)
+        wait_for(lambda: lists(since), "a reconciliation's LIST")
+        done, m = m, None
+        assert done.unmount() == 0, done.output()
+        assert "reconciliation stopped" in done.output()
+    finally:
+        if m:
+            m.unmount()
+        proxy.stop()
+    got = lists(since)
+    assert len(got) == 1, [e["path"] for e in got]
