@@ -12,6 +12,8 @@ on fewer files and reported per second.
   sqlite DB MODE TIMEBOX MAXN   commits/s, journal_mode MODE (delete|wal)
   write DIR THREADS MIB         one file per thread, written, fsynced, closed
   read DIR THREADS MIB          read back and check what write wrote
+  mixed DIR SECONDS              4 KiB direct random reads of a cached file
+                                while another process creates files
   ranged-get BUCKET KEY SIZE CHUNK READERS TIMEBOX
                                 raw S3: ranged GETs of CHUNK bytes, READERS
                                 in parallel at disjoint offsets (boto3)
@@ -101,6 +103,67 @@ def op_sqlite(db, mode, timebox, maxn):
     if ok != "ok" or count < n:
         raise RuntimeError(f"integrity_check {ok!r}, {count} rows for {n} commits")
     return {"n": n, "s": s, "mode": got}
+
+
+def _creator(d, seconds, count):
+    """Creates 4 KiB files in d for seconds; their number into count."""
+    data = os.urandom(4096)
+    n = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        fd = os.open(f"{d}/f{n:07}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+        n += 1
+    count.value = n
+
+
+def op_mixed(d, seconds):
+    """A reader that waits on a writer it shares nothing with: 4 KiB
+    O_DIRECT reads at random offsets of a 64 MiB file, written and read
+    once first (so cached), while another process creates 4 KiB files in
+    a directory of their own (pip install beside a data loader). Returns
+    the reads' rate and latency percentiles, and the creates' rate."""
+    import mmap
+    import multiprocessing
+    os.makedirs(f"{d}/c", exist_ok=True)
+    path, size = f"{d}/cached", 64 << 20
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+        f.flush()
+        os.fsync(f.fileno())
+    with open(path, "rb") as f:
+        while f.read(CHUNK):
+            pass
+    count = multiprocessing.Value("q", 0)
+    creator = multiprocessing.Process(target=_creator, args=(f"{d}/c", seconds, count))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, 4096)
+    rnd = random.Random(1)
+    lat = []
+    errors = []
+    creator.start()
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < seconds:
+            off = rnd.randrange(size // 4096) * 4096
+            t = time.perf_counter()
+            n = os.preadv(fd, [buf], off)
+            lat.append(time.perf_counter() - t)
+            if n != 4096:
+                errors.append(f"read {n} bytes at {off}")
+                break
+    finally:
+        os.close(fd)
+        creator.join()
+    s = time.monotonic() - t0
+    if creator.exitcode != 0:
+        errors.append(f"the creator exited {creator.exitcode}")
+    lat.sort()
+    pct = {f"p{q}": lat[min(len(lat) - 1, int(len(lat) * q / 100))] if lat else 0
+           for q in (50, 99, 99.9)}
+    return {"reads": len(lat), "s": s, "creates": count.value, **pct,
+            "max": lat[-1] if lat else 0, "errors": errors}
 
 
 def _parallel(fn, threads):
@@ -205,6 +268,8 @@ def main(argv):
         r = op_write(args[0], int(args[1]), int(args[2]))
     elif op == "read":
         r = op_read(args[0], int(args[1]), int(args[2]))
+    elif op == "mixed":
+        r = op_mixed(args[0], float(args[1]))
     elif op == "ranged-gets":
         r = op_ranged_gets(args[0], json.loads(args[1]), float(args[2]))
     elif op == "ranged-get":
