@@ -1788,24 +1788,41 @@ void data_close(struct data *d)
 
 /* A new record for ino, its files created empty (a ".new" one for nolog),
  * in the table; under d->lock. */
-static int file_add(struct data *d, uint64_t ino, int nolog,
-		    struct data_file **out)
+/* A new record for ino, its files created empty (a ".new" one for nolog),
+ * not in the table yet: the file system's work, which needs no lock. */
+static int file_make(struct data *d, uint64_t ino, int nolog,
+		     struct data_file **out)
 {
 	struct data_file *f = file_new(d, ino);
 	if (!f)
 		return -ENOMEM;
 	f->nolog = nolog;
 	int rc = file_open_fds(f, 1);
-	if (!rc)
-		rc = hash_insert(d, f);
 	if (rc) {
-		if (f->fd >= 0)
-			(void)drop_pair(d, ino, 0);
 		file_free(f);
 		return rc;
 	}
 	*out = f;
 	return 0;
+}
+
+/* Puts f, just made, in the table; under d->lock. On failure its files
+ * are dropped and f is freed. */
+static int file_enter(struct data *d, struct data_file *f)
+{
+	int rc = hash_insert(d, f);
+	if (rc) {
+		(void)drop_pair(d, f->ino, 0);
+		file_free(f);
+	}
+	return rc;
+}
+
+static int file_add(struct data *d, uint64_t ino, int nolog,
+		    struct data_file **out)
+{
+	int rc = file_make(d, ino, nolog, out);
+	return rc ? rc : file_enter(d, *out);
 }
 
 /* Drops ino's file and log, under d->lock; busy_ok 0: only if nobody
@@ -1887,27 +1904,42 @@ out:
 
 int data_create(struct data *d, uint64_t ino, struct data_file **out)
 {
-	int rc = 0;
+	int tries = 0;
+again:
 	lock_mutex(&d->lock);
 	struct data_file *f = hash_find(d, ino);
-	if (f && f->refs) {
-		rc = -EBUSY;
-		goto out;
-	}
-	if (f) { /* the record of an earlier file by this number */
-		rc = remove_locked(d, ino, 1);
-	} else {
-		/* none left by a failed unlink either: a log beside the new
-		 * file would read as an adoption a crash cut short */
+	int rc = f && f->refs ? -EBUSY
+		 : f	      ? remove_locked(d, ino, 1) /* an earlier file's */
+			      : 0;
+	unlock_mutex(&d->lock);
+	/* The files are made without the lock: a new inode can take ext4 a
+	 * millisecond (see data_config.spares), and every other file's
+	 * reads and writes would wait for it. None is left by a failed
+	 * unlink either: a log beside the new file would read as an
+	 * adoption a crash cut short. */
+	if (!rc && !f)
 		rc = unlink_name(d, ino, ".log");
-	}
+	struct data_file *made = NULL;
 	if (!rc)
-		rc = file_add(d, ino, 1, &f);
+		rc = file_make(d, ino, 1, &made);
 	if (rc)
-		goto out;
-	f->refs++;
-	*out = f;
-out:
+		return rc;
+	lock_mutex(&d->lock);
+	if (hash_find(d, ino)) {
+		/* made meanwhile (the uploader asked for a file it found
+		 * dirty): as if it had come first */
+		unlock_mutex(&d->lock);
+		file_free(made);
+		(void)drop_name(d, ino, DATA_NEW_SUFFIX, 0);
+		if (++tries < 2)
+			goto again;
+		return -EBUSY;
+	}
+	rc = file_enter(d, made);
+	if (!rc) {
+		made->refs++;
+		*out = made;
+	}
 	unlock_mutex(&d->lock);
 	return rc;
 }

@@ -1989,21 +1989,30 @@ static int file_ref_as(struct fs *fs, uint64_t ino, int open, int reads,
 		       int created, struct data_file **out)
 {
 	struct meta_attr a = {0};
-	int rc = created ? 0 : meta_getattr(fs->meta, ino, &a);
+	struct data_file *made = NULL;
+	/* a new file's cache file is made outside fs->lock, which every
+	 * read and write takes (see data_create()) */
+	int rc = created ? data_create(fs->data, ino, &made)
+			 : meta_getattr(fs->meta, ino, &a);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&fs->lock);
 	struct handle **p = handle_slot(fs, ino), *h = *p;
 	if (!h) {
 		h = calloc(1, sizeof(*h));
-		rc = !h	       ? -ENOMEM
-		     : created ? data_create(fs->data, ino, &h->df)
-			       : data_get(fs->data, ino, a.size, &h->df);
+		rc = !h	    ? -ENOMEM
+		     : made ? 0
+			    : data_get(fs->data, ino, a.size, &h->df);
 		if (rc) {
 			pthread_mutex_unlock(&fs->lock);
 			free(h);
+			if (made)
+				data_put(made);
 			return rc;
 		}
+		if (made)
+			h->df = made;
+		made = NULL;
 		h->ino = ino;
 		*p = h;
 	}
@@ -2014,6 +2023,8 @@ static int file_ref_as(struct fs *fs, uint64_t ino, int open, int reads,
 	if (out)
 		rc = data_get(fs->data, ino, a.size, out);
 	pthread_mutex_unlock(&fs->lock);
+	if (made) /* a handle was there already: it holds its own */
+		data_put(made);
 	return rc;
 }
 

@@ -93,6 +93,87 @@ def test_a_listed_directory_is_listed_again_by_the_kernel_alone(mount):
     assert sorted(os.listdir(d)) == sorted(want[1:] + ["new"])
 
 
+def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
+        volume, tmp_path):
+    """A new file's cache file is made outside the daemon's locks, which
+    every read and write takes: while the cache disk holds up a create
+    (ext4 can take a millisecond for a new inode; here a lease on the
+    spare file the create takes holds it until released), a read of
+    another, cached file is answered. Without this the read waited for
+    the create."""
+    import fcntl
+    import threading
+    url, _ = volume
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
+              "--upload-delay", "600s")  # no upload takes the spare first
+    old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks
+    leases = []
+    t = r = None
+    try:
+        root = Path(m.mountpoint)
+        a = root / "a"
+        content = os.urandom(64 << 10)
+        a.write_bytes(content)
+        # a removed file's emptied cache file is kept as a spare, which
+        # the next create takes
+        (root / "gone").write_bytes(b"x")
+        os.unlink(root / "gone")
+        data = Path(m.cache_dir) / "data"
+        deadline = time.monotonic() + 30
+        while not list(data.glob(".spare.*")):
+            assert time.monotonic() < deadline, sorted(os.listdir(data))
+            time.sleep(0.02)
+        for sp in data.glob(".spare.*"):
+            fd = os.open(sp, os.O_RDONLY)
+            leases.append(fd)
+            fcntl.fcntl(fd, getattr(fcntl, "F_SETLEASE", 1024), fcntl.F_RDLCK)
+        created = threading.Event()
+
+        def create():
+            (root / "new").write_bytes(b"y")  # its O_TRUNC open waits
+            created.set()
+        t = threading.Thread(target=create)
+        t.start()
+        # the create has renamed the spare to its own name; it waits now
+        deadline = time.monotonic() + 30
+        while list(data.glob(".spare.*")):
+            assert time.monotonic() < deadline, "the create took no spare"
+            time.sleep(0.02)
+        buf = mmap.mmap(-1, 4096)
+        got = []
+
+        def read():
+            fd = os.open(a, os.O_RDONLY | os.O_DIRECT)
+            try:
+                got.append(os.preadv(fd, [buf], 8192))
+            finally:
+                os.close(fd)
+        r = threading.Thread(target=read, daemon=True)
+        r.start()
+        # a read of 4 KiB takes far less; one that waits for the create
+        # waits until the kernel breaks the lease (lease-break-time, 45 s)
+        r.join(20)
+        assert not r.is_alive(), "the read waited for the create"
+        assert not created.is_set()  # the lease holds it still
+        assert got == [4096] and bytes(buf) == content[8192:12288]
+    finally:
+        for fd in leases:
+            try:
+                fcntl.fcntl(fd, getattr(fcntl, "F_SETLEASE", 1024),
+                            fcntl.F_UNLCK)
+            except BlockingIOError:
+                pass  # the kernel broke it (lease-break-time)
+            os.close(fd)
+        for th in (t, r):
+            if th:
+                th.join()
+        signal.signal(signal.SIGIO, old_sigio)
+        made = created.is_set() and (root / "new").read_bytes() == b"y"
+        rc = m.unmount()
+    assert made
+    assert rc == 0, m.output()
+
+
 def test_random_writes_and_sparse_file(mount):
     p = Path(mount.mountpoint) / "sparse"
     with open(p, "wb") as f:
