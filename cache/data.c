@@ -1908,16 +1908,15 @@ int data_create(struct data *d, uint64_t ino, struct data_file **out)
 again:
 	lock_mutex(&d->lock);
 	struct data_file *f = hash_find(d, ino);
-	int rc = f && f->refs ? -EBUSY
-		 : f	      ? remove_locked(d, ino, 1) /* an earlier file's */
-			      : 0;
+	int earlier = f != NULL; /* an earlier file's (freed once removed) */
+	int rc = f && f->refs ? -EBUSY : f ? remove_locked(d, ino, 1) : 0;
 	unlock_mutex(&d->lock);
 	/* The files are made without the lock: a new inode can take ext4 a
 	 * millisecond (see data_config.spares), and every other file's
 	 * reads and writes would wait for it. None is left by a failed
 	 * unlink either: a log beside the new file would read as an
 	 * adoption a crash cut short. */
-	if (!rc && !f)
+	if (!rc && !earlier)
 		rc = unlink_name(d, ino, ".log");
 	struct data_file *made = NULL;
 	if (!rc)

@@ -32,10 +32,12 @@ cleanup() {
 }
 trap cleanup EXIT
 for r in $(seq "$RUNS"); do
+	i=0
 	for BIN in "$@"; do
+		i=$((i + 1))
 		rm -rf "$OUT/cache"
-		"$BIN" mount "s3://$BUCKET/$PREFIX/$r-$(basename "$(dirname "$(dirname "$BIN")")")" \
-			"$OUT/mnt" --cache-dir "$OUT/cache" --durability "$DUR"
+		"$BIN" mount "s3://$BUCKET/$PREFIX/$r-$i" "$OUT/mnt" --cache-dir "$OUT/cache" \
+			--durability "$DUR"
 		/usr/bin/python3 tests/bench/ops.py mixed "$OUT/mnt/x" "$SECS" |
 			/usr/bin/python3 -c '
 import json, sys
