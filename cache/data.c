@@ -1787,8 +1787,6 @@ void data_close(struct data *d)
 }
 
 /* A new record for ino, its files created empty (a ".new" one for nolog),
- * in the table; under d->lock. */
-/* A new record for ino, its files created empty (a ".new" one for nolog),
  * not in the table yet: the file system's work, which needs no lock. */
 static int file_make(struct data *d, uint64_t ino, int nolog,
 		     struct data_file **out)
@@ -1818,6 +1816,7 @@ static int file_enter(struct data *d, struct data_file *f)
 	return rc;
 }
 
+/* file_make() and file_enter(), all under d->lock. */
 static int file_add(struct data *d, uint64_t ino, int nolog,
 		    struct data_file **out)
 {
