@@ -109,6 +109,7 @@ def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
     old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks
     leases = []
     t = r = None
+    created = threading.Event()
     try:
         root = Path(m.mountpoint)
         a = root / "a"
@@ -126,8 +127,7 @@ def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
         for sp in data.glob(".spare.*"):
             fd = os.open(sp, os.O_RDONLY)
             leases.append(fd)
-            fcntl.fcntl(fd, getattr(fcntl, "F_SETLEASE", 1024), fcntl.F_RDLCK)
-        created = threading.Event()
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
 
         def create():
             (root / "new").write_bytes(b"y")  # its O_TRUNC open waits
@@ -159,8 +159,7 @@ def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
     finally:
         for fd in leases:
             try:
-                fcntl.fcntl(fd, getattr(fcntl, "F_SETLEASE", 1024),
-                            fcntl.F_UNLCK)
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
             except BlockingIOError:
                 pass  # the kernel broke it (lease-break-time)
             os.close(fd)
