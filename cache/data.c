@@ -225,6 +225,9 @@ struct data_file {
 	/* protected by d->lock */
 	unsigned refs;
 	int removed; /* set with d->lock and lock held; read under either */
+	/* data_get() makes or opens its files without d->lock: every other
+	 * user of the record waits on d->opened until it is clear */
+	int opening;
 	struct data_file *hnext;
 	struct data_file *lru_prev, *lru_next; /* in the LRU iff refs == 0 */
 	struct timespec lru_time;	       /* log mtime, for data_open */
@@ -265,6 +268,7 @@ struct data {
 	struct data_file **buckets; /* owned hash table, chained by hnext */
 	size_t nbuckets, nfiles;
 	struct data_file *lru_head, *lru_tail; /* refs == 0, oldest first */
+	pthread_cond_t opened; /* broadcast when a record's opening clears */
 	/* atomics (updated under a file lock, read anywhere) */
 	uint64_t cached;
 	uint64_t dirty;
@@ -313,6 +317,13 @@ static void unlock_mutex(pthread_mutex_t *m)
 	int rc = pthread_mutex_unlock(m);
 	if (rc)
 		die("pthread_mutex_unlock", rc);
+}
+
+static void wait_cond(pthread_cond_t *c, pthread_mutex_t *m)
+{
+	int rc = pthread_cond_wait(c, m);
+	if (rc)
+		die("pthread_cond_wait", rc);
 }
 
 static void broadcast(pthread_cond_t *c)
@@ -1198,9 +1209,7 @@ static void wait_fetches_locked(struct data_file *f, uint64_t s, uint64_t e)
 			/* a reader may wait on it (a lead) */
 			broadcast(&f->fetched);
 		} else {
-			int rc = pthread_cond_wait(&f->fetched, &f->lock);
-			if (rc)
-				die("pthread_cond_wait", rc);
+			wait_cond(&f->fetched, &f->lock);
 		}
 		i = 0; /* the list changed */
 	}
@@ -1210,11 +1219,8 @@ static void wait_fetches_locked(struct data_file *f, uint64_t s, uint64_t e)
  * Called with f->lock held (dropped while waiting). */
 static void wait_writes_locked(struct data_file *f)
 {
-	while (f->nwriting) {
-		int rc = pthread_cond_wait(&f->fetched, &f->lock);
-		if (rc)
-			die("pthread_cond_wait", rc);
-	}
+	while (f->nwriting)
+		wait_cond(&f->fetched, &f->lock);
 }
 
 /* Fetches [s, e), which is absent and not in flight. Drops f->lock while
@@ -1271,9 +1277,7 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 			}
 			if (landed_ok && need < r->wake_at)
 				r->wake_at = need;
-			int rc = pthread_cond_wait(&f->fetched, &f->lock);
-			if (rc)
-				die("pthread_cond_wait", rc);
+			wait_cond(&f->fetched, &f->lock);
 			continue; /* re-evaluate: it may have failed */
 		}
 		uint64_t fe = ge;
@@ -1725,6 +1729,9 @@ int data_open(const struct data_config *cfg, struct data **out)
 	rc = -pthread_mutex_init(&d->spare_lock, NULL);
 	if (rc)
 		goto fail_3d;
+	rc = -pthread_cond_init(&d->opened, NULL);
+	if (rc)
+		goto fail_3e;
 	/* the metadata store shares this filesystem and must never find it
 	 * full: writes stop short of an eighth of it, at most the reserve */
 	struct statvfs sv;
@@ -1754,6 +1761,8 @@ fail_5:
 fail_4:
 	free(d->buckets); /* empty, when the spares' stack was not made */
 	free(d->spares);
+	pthread_cond_destroy(&d->opened);
+fail_3e:
 	pthread_mutex_destroy(&d->spare_lock);
 fail_3d:
 	pthread_cond_destroy(&d->pf_wake);
@@ -1777,6 +1786,7 @@ void data_close(struct data *d)
 	prefetch_stop(d);
 	free_all_files(d);
 	free(d->spares);
+	pthread_cond_destroy(&d->opened);
 	pthread_mutex_destroy(&d->spare_lock);
 	pthread_cond_destroy(&d->pf_wake);
 	pthread_mutex_destroy(&d->pf_lock);
@@ -1816,19 +1826,21 @@ static int file_enter(struct data *d, struct data_file *f)
 	return rc;
 }
 
-/* file_make() and file_enter(), all under d->lock. */
-static int file_add(struct data *d, uint64_t ino, int nolog,
-		    struct data_file **out)
+/* The record for ino once no data_get() is making or opening its files;
+ * under d->lock, which the wait drops. */
+static struct data_file *find_settled(struct data *d, uint64_t ino)
 {
-	int rc = file_make(d, ino, nolog, out);
-	return rc ? rc : file_enter(d, *out);
+	struct data_file *f;
+	while ((f = hash_find(d, ino)) && f->opening)
+		wait_cond(&d->opened, &d->lock);
+	return f;
 }
 
 /* Drops ino's file and log, under d->lock; busy_ok 0: only if nobody
  * holds it and nothing in it is dirty (-EBUSY otherwise). */
 static int remove_locked(struct data *d, uint64_t ino, int busy_ok)
 {
-	struct data_file *f = hash_find(d, ino);
+	struct data_file *f = find_settled(d, ino);
 	if (f) {
 		lock_mutex(&f->lock);
 		if (!busy_ok && (f->refs || f->dbytes)) {
@@ -1850,53 +1862,89 @@ static int remove_locked(struct data *d, uint64_t ino, int busy_ok)
 	return rc;
 }
 
+/* Opens a closed record's files again (refs going 0 -> 1), without
+ * d->lock. The caller's size (the metadata's) wins for a clean file; a
+ * dirty one keeps its own, since it saw the writes. */
+static int file_reopen(struct data_file *f, uint64_t size)
+{
+	int rc = file_open_fds(f, 0);
+	if (rc)
+		return rc;
+	lock_mutex(&f->lock);
+	if (f->size != size && f->dirty.n == 0 && !f->nolog) {
+		if (size < f->size) {
+			rc = shrink_locked(f, size);
+		} else {
+			struct buf b = BUF_INIT;
+			rc = buf_printf(&b, "S %" PRIu64 "\n", size);
+			if (!rc)
+				rc = log_append(f, &b);
+			buf_free(&b);
+			if (!rc)
+				f->size = size;
+		}
+	}
+	check_file(f);
+	unlock_mutex(&f->lock);
+	if (rc)
+		file_close_fds(f);
+	return rc;
+}
+
 int data_get(struct data *d, uint64_t ino, uint64_t size,
 	     struct data_file **out)
 {
 	int rc = 0;
 	lock_mutex(&d->lock);
-	struct data_file *f = hash_find(d, ino);
-	if (!f) {
+	struct data_file *f = find_settled(d, ino);
+	if (f && f->refs) { /* open already */
+		f->refs++;
+		*out = f;
+		unlock_mutex(&d->lock);
+		return 0;
+	}
+	int made = f == NULL;
+	if (made) {
+		f = file_new(d, ino);
+		rc = f ? hash_insert(d, f) : -ENOMEM;
+		if (rc) {
+			if (f)
+				file_free(f);
+			unlock_mutex(&d->lock);
+			return rc;
+		}
+		f->size = size;
+	} else {
+		lru_unlink(d, f);
+	}
+	f->refs = 1;
+	f->opening = 1;
+	unlock_mutex(&d->lock);
+	/* The files are made or opened without d->lock, which every read
+	 * and write takes: a new inode can take ext4 a millisecond (see
+	 * data_config.spares). Until opening clears, the record is ours. */
+	if (made) {
 		/* none left by an earlier file of this number (a failed
 		 * unlink): a ".new" beside the log would replace the file */
 		rc = unlink_name(d, ino, DATA_NEW_SUFFIX);
 		if (!rc)
-			rc = file_add(d, ino, 0, &f);
-		if (rc)
-			goto out;
-		f->size = size;
-	} else if (f->refs == 0) {
-		rc = file_open_fds(f, 0);
-		if (rc)
-			goto out;
-		lru_unlink(d, f);
-		/* The caller's size (the metadata's) wins for a clean file;
-		 * a dirty one keeps its own, since it saw the writes. */
-		lock_mutex(&f->lock);
-		if (f->size != size && f->dirty.n == 0 && !f->nolog) {
-			if (size < f->size) {
-				rc = shrink_locked(f, size);
-			} else {
-				struct buf b = BUF_INIT;
-				rc = buf_printf(&b, "S %" PRIu64 "\n", size);
-				if (!rc)
-					rc = log_append(f, &b);
-				buf_free(&b);
-				if (!rc)
-					f->size = size;
-			}
-		}
-		check_file(f);
-		unlock_mutex(&f->lock);
-		if (rc) {
-			file_close_fds(f);
-			lru_append(d, f);
-			goto out;
-		}
+			rc = file_open_fds(f, 1);
+	} else {
+		rc = file_reopen(f, size);
 	}
-	f->refs++;
-	*out = f;
-out:
+	lock_mutex(&d->lock);
+	f->opening = 0;
+	broadcast(&d->opened);
+	if (!rc) {
+		*out = f;
+	} else if (made) {
+		f->refs = 0;
+		hash_remove(d, f);
+		file_free(f);
+	} else {
+		f->refs = 0;
+		lru_append(d, f);
+	}
 	unlock_mutex(&d->lock);
 	return rc;
 }
@@ -1940,6 +1988,15 @@ again:
 	}
 	unlock_mutex(&d->lock);
 	return rc;
+}
+
+struct data_file *data_ref(struct data_file *f)
+{
+	lock_mutex(&f->d->lock);
+	assert(f->refs > 0);
+	f->refs++;
+	unlock_mutex(&f->d->lock);
+	return f;
 }
 
 void data_put(struct data_file *f)
@@ -2038,9 +2095,7 @@ static void *prefetch_main(void *arg)
 		if (!p) {
 			if (d->pf_stop)
 				break;
-			int rc = pthread_cond_wait(&d->pf_wake, &d->pf_lock);
-			if (rc)
-				die("pthread_cond_wait", rc);
+			wait_cond(&d->pf_wake, &d->pf_lock);
 			continue;
 		}
 		d->pf_head = p->next;

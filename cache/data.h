@@ -112,7 +112,8 @@ void data_close(struct data *d);
 /* A reference to ino's cache file, creating it (ABSENT) if needed. size is
  * the file's current size (for read-ahead bounds and truncation). It is
  * adopted when the file is not open and has no dirty byte (bytes past it
- * are dropped); otherwise the cache keeps its own size (data_size()). */
+ * are dropped); otherwise the cache keeps its own size (data_size()).
+ * Other files' calls do not wait while it makes or opens the files. */
 int data_get(struct data *d, uint64_t ino, uint64_t size,
 	     struct data_file **out);
 /* data_get() for a file just created, with no object behind it: its cache
@@ -121,6 +122,8 @@ int data_get(struct data *d, uint64_t ino, uint64_t size,
  * earlier file's record and files by this number are dropped; -EBUSY if
  * that one is still referenced. */
 int data_create(struct data *d, uint64_t ino, struct data_file **out);
+/* One more reference to f, which the caller holds one of; returns f. */
+struct data_file *data_ref(struct data_file *f);
 void data_put(struct data_file *f);
 
 /* Tells f that an open with read access began: the first read of f that

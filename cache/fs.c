@@ -1989,43 +1989,42 @@ static int file_ref_as(struct fs *fs, uint64_t ino, int open, int reads,
 		       int created, struct data_file **out)
 {
 	struct meta_attr a = {0};
-	struct data_file *made = NULL;
-	/* a new file's cache file is made outside fs->lock, which every
-	 * read and write takes (see data_create()) */
-	int rc = created ? data_create(fs->data, ino, &made)
+	struct data_file *df = NULL;
+	/* the data reference comes first, outside fs->lock, which every read
+	 * and write takes: making or opening a cache file is work on the
+	 * cache disk (see data_create(), data_get()) */
+	int rc = created ? data_create(fs->data, ino, &df)
 			 : meta_getattr(fs->meta, ino, &a);
+	if (!rc && !created)
+		rc = data_get(fs->data, ino, a.size, &df);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&fs->lock);
 	struct handle **p = handle_slot(fs, ino), *h = *p;
 	if (!h) {
 		h = calloc(1, sizeof(*h));
-		rc = !h	    ? -ENOMEM
-		     : made ? 0
-			    : data_get(fs->data, ino, a.size, &h->df);
-		if (rc) {
+		if (!h) {
 			pthread_mutex_unlock(&fs->lock);
-			free(h);
-			if (made)
-				data_put(made);
-			return rc;
+			data_put(df);
+			return -ENOMEM;
 		}
-		if (made)
-			h->df = made;
-		made = NULL;
+		h->df = df;
 		h->ino = ino;
 		*p = h;
+		df = out ? data_ref(df) : NULL;
 	}
 	if (open || h->opens == 0)
 		h->opens++;
 	if (open && reads)
 		data_open_read(h->df);
-	if (out)
-		rc = data_get(fs->data, ino, a.size, out);
+	if (out) {
+		*out = df;
+		df = NULL;
+	}
 	pthread_mutex_unlock(&fs->lock);
-	if (made) /* a handle was there already: it holds its own */
-		data_put(made);
-	return rc;
+	if (df) /* a handle was there already: it holds its own */
+		data_put(df);
+	return 0;
 }
 
 static int file_ref(struct fs *fs, uint64_t ino, int open,

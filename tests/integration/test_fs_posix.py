@@ -7,6 +7,7 @@ boto3. Run under `eval "$(hack/s3-local.sh env)"`; skipped without
 AWS_ENDPOINT_URL or /dev/fuse.
 """
 
+import contextlib
 import errno
 import hashlib
 import mmap
@@ -16,6 +17,7 @@ import signal
 import sqlite3
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -93,30 +95,18 @@ def test_a_listed_directory_is_listed_again_by_the_kernel_alone(mount):
     assert sorted(os.listdir(d)) == sorted(want[1:] + ["new"])
 
 
-def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
-        volume, tmp_path):
-    """A new file's cache file is made outside the daemon's locks, which
-    every read and write takes: while the cache disk holds up a create
-    (ext4 can take a millisecond for a new inode; here a lease on the
-    spare file the create takes holds it until released), a read of
-    another, cached file is answered. Without this the read waited for
-    the create."""
+@contextlib.contextmanager
+def spares_held(m):
+    """Makes the mount keep a spare cache file (a removed file's, emptied;
+    the next new cache file or log takes it by rename) and holds a read
+    lease on every spare, so the open with O_TRUNC that takes one waits
+    until the lease goes: the cache disk holding up a new file. Yields
+    the cache's data directory."""
     import fcntl
-    import threading
-    url, _ = volume
-    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
-              "--upload-delay", "600s")  # no upload takes the spare first
+    root = Path(m.mountpoint)
     old_sigio = signal.signal(signal.SIGIO, signal.SIG_IGN)  # lease breaks
     leases = []
-    t = r = None
-    created = threading.Event()
     try:
-        root = Path(m.mountpoint)
-        a = root / "a"
-        content = os.urandom(64 << 10)
-        a.write_bytes(content)
-        # a removed file's emptied cache file is kept as a spare, which
-        # the next create takes
         (root / "gone").write_bytes(b"x")
         os.unlink(root / "gone")
         data = Path(m.cache_dir) / "data"
@@ -128,34 +118,7 @@ def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
             fd = os.open(sp, os.O_RDONLY)
             leases.append(fd)
             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
-
-        def create():
-            (root / "new").write_bytes(b"y")  # its O_TRUNC open waits
-            created.set()
-        t = threading.Thread(target=create)
-        t.start()
-        # the create has renamed the spare to its own name; it waits now
-        deadline = time.monotonic() + 30
-        while list(data.glob(".spare.*")):
-            assert time.monotonic() < deadline, "the create took no spare"
-            time.sleep(0.02)
-        buf = mmap.mmap(-1, 4096)
-        got = []
-
-        def read():
-            fd = os.open(a, os.O_RDONLY | os.O_DIRECT)
-            try:
-                got.append(os.preadv(fd, [buf], 8192))
-            finally:
-                os.close(fd)
-        r = threading.Thread(target=read, daemon=True)
-        r.start()
-        # a read of 4 KiB takes far less; one that waits for the create
-        # waits until the kernel breaks the lease (lease-break-time, 45 s)
-        r.join(20)
-        assert not r.is_alive(), "the read waited for the create"
-        assert not created.is_set()  # the lease holds it still
-        assert got == [4096] and bytes(buf) == content[8192:12288]
+        yield data
     finally:
         for fd in leases:
             try:
@@ -163,13 +126,107 @@ def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
             except BlockingIOError:
                 pass  # the kernel broke it (lease-break-time)
             os.close(fd)
-        for th in (t, r):
-            if th:
-                th.join()
         signal.signal(signal.SIGIO, old_sigio)
+
+
+def wait_spares_taken(data):
+    """Waits until the held-up call has renamed the spare to its own name
+    (it waits on the lease from then on)."""
+    deadline = time.monotonic() + 30
+    while list(data.glob(".spare.*")):
+        assert time.monotonic() < deadline, "no spare was taken"
+        time.sleep(0.02)
+
+
+def assert_read_answered(path, content):
+    """A 4 KiB O_DIRECT read of path (at 8 KiB) is answered within 20 s:
+    far more than it takes, far less than the kernel's 45 s before it
+    breaks a lease that holds up another call."""
+    buf = mmap.mmap(-1, 4096)
+    got = []
+
+    def read():
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            got.append(os.preadv(fd, [buf], 8192))
+        finally:
+            os.close(fd)
+    r = threading.Thread(target=read, daemon=True)
+    r.start()
+    r.join(20)
+    assert not r.is_alive(), "the read waited for the held-up call"
+    assert got == [4096] and bytes(buf) == content[8192:12288]
+
+
+def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
+        volume, tmp_path):
+    """A new file's cache file is made outside the daemon's locks, which
+    every read and write takes: while the cache disk holds up a create
+    (ext4 can take a millisecond for a new inode; here a lease on the
+    spare file the create takes holds it until released), a read of
+    another, cached file is answered. Without this the read waited for
+    the create."""
+    url, _ = volume
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
+              "--upload-delay", "600s")  # no upload takes the spare first
+    t = None
+    created = threading.Event()
+    try:
+        root = Path(m.mountpoint)
+        content = os.urandom(64 << 10)
+        (root / "a").write_bytes(content)
+
+        def create():
+            (root / "new").write_bytes(b"y")  # its O_TRUNC open waits
+            created.set()
+        with spares_held(m) as data:
+            t = threading.Thread(target=create)
+            t.start()
+            wait_spares_taken(data)
+            assert_read_answered(root / "a", content)
+            assert not created.is_set()  # the lease holds it still
+    finally:
+        if t:
+            t.join()
         made = created.is_set() and (root / "new").read_bytes() == b"y"
         rc = m.unmount()
     assert made
+    assert rc == 0, m.output()
+
+
+def test_an_open_the_cache_disk_holds_up_holds_up_no_other_file(
+        s3, volume, tmp_path):
+    """The first open of a file the cache lacks makes its cache file and
+    range log outside the daemon's locks too: while the cache disk holds
+    that up, a read of another, cached file is answered, and the held-up
+    open then reads its file from S3. Without this the read waited for
+    the open."""
+    url, prefix = volume
+    cold = os.urandom(100 << 10)
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/cold", Body=cold)
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
+              "--upload-delay", "600s")  # no upload takes the spare first
+    t = None
+    got = []
+    try:
+        root = Path(m.mountpoint)
+        content = os.urandom(64 << 10)
+        (root / "a").write_bytes(content)
+        assert (root / "cold").stat().st_size == len(cold)
+
+        def open_cold():
+            got.append((root / "cold").read_bytes())  # its open waits
+        with spares_held(m) as data:
+            t = threading.Thread(target=open_cold)
+            t.start()
+            wait_spares_taken(data)
+            assert_read_answered(root / "a", content)
+            assert not got  # the lease holds it still
+    finally:
+        if t:
+            t.join()
+        rc = m.unmount()
+    assert got == [cold]
     assert rc == 0, m.output()
 
 

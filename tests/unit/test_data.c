@@ -2132,6 +2132,156 @@ static void test_spares_are_bounded_and_outlive_a_reopen(void **state)
 	assert_int_equal(count_spares(e), 0);
 }
 
+/* ---- opens held up by the cache disk ---- */
+
+/* Read leases on every spare (at most 8): the open with O_TRUNC of the
+ * file that takes one waits until the lease goes, as a slow disk would
+ * hold it up. Returns how many. */
+static int lease_spares(struct env *e, int fds[8])
+{
+	int n = 0;
+	for (int i = 0; i < 64 && n < 8; i++) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/.spare.%d", e->dir, i);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		assert_int_equal(fcntl(fd, F_SETLEASE, F_RDLCK), 0);
+		fds[n++] = fd;
+	}
+	return n;
+}
+
+static void unlease(int fds[8], int n)
+{
+	for (int i = 0; i < n; i++) {
+		(void)fcntl(fds[i], F_SETLEASE, F_UNLCK); /* or broken */
+		close(fds[i]);
+	}
+}
+
+/* One spare, from a file made and removed. */
+static void make_spare(struct env *e, uint64_t ino)
+{
+	struct data_file *f;
+	assert_int_equal(data_create(e->d, ino, &f), 0);
+	data_put(f);
+	assert_int_equal(data_remove(e->d, ino), 0);
+	assert_int_equal(count_spares(e), 1);
+}
+
+static void wait_no_spares(struct env *e)
+{
+	for (int i = 0; count_spares(e) && i < 30000; i++)
+		usleep(1000);
+	assert_int_equal(count_spares(e), 0);
+}
+
+struct caller {
+	struct data *d;
+	uint64_t ino;
+	int remove; /* data_remove(), else data_get() */
+	int rc;
+	struct data_file *f;
+	sem_t done;
+	pthread_t th;
+};
+
+static void *caller_main(void *arg)
+{
+	struct caller *c = arg;
+	c->rc = c->remove ? data_remove(c->d, c->ino)
+			  : data_get(c->d, c->ino, 0, &c->f);
+	sem_post(&c->done);
+	return NULL;
+}
+
+static void call_start(struct caller *c, struct data *d, uint64_t ino,
+		       int remove)
+{
+	*c = (struct caller){.d = d, .ino = ino, .remove = remove};
+	sem_init(&c->done, 0, 0);
+	assert_int_equal(pthread_create(&c->th, NULL, caller_main, c), 0);
+}
+
+static int call_done_within(struct caller *c, int seconds)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += seconds;
+	while (sem_timedwait(&c->done, &ts) != 0)
+		if (errno != EINTR)
+			return 0;
+	sem_post(&c->done); /* call_join() waits on it again */
+	return 1;
+}
+
+static void call_join(struct caller *c)
+{
+	sem_wait(&c->done);
+	pthread_join(c->th, NULL);
+	sem_destroy(&c->done);
+}
+
+/* data_get() makes a new file's cache file and log without the cache's
+ * lock. While the cache disk holds that up, another file's data_get() is
+ * answered; a data_get() of the same number waits and gets the same
+ * record; a data_remove() of it waits, then removes what was made
+ * (without the wait the files would be made after the removal, for a
+ * file that is gone). */
+static void test_a_held_up_open_holds_up_only_its_own_number(void **state)
+{
+	struct env *e = *state;
+	struct caller a, b, c, r;
+	int fds[8];
+	unsigned char w[100], buf[100];
+	memset(w, 'h', sizeof(w));
+	void (*old_sigio)(int) = signal(SIGIO, SIG_IGN); /* lease breaks */
+	make_clean_file(e, 1, 4096);			 /* cached, closed */
+	make_spare(e, 9);
+	int n = lease_spares(e, fds);
+	call_start(&a, e->d, 2, 0);
+	wait_no_spares(e); /* a took it, and waits on the lease */
+	call_start(&b, e->d, 2, 0);
+	call_start(&c, e->d, 1, 0);
+	assert_true(call_done_within(&c, 20)); /* the lease breaks at 45 s */
+	assert_int_equal(c.rc, 0);
+	assert_false(call_done_within(&a, 0));
+	assert_false(call_done_within(&b, 0));
+	unlease(fds, n);
+	call_join(&a);
+	call_join(&b);
+	call_join(&c);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(b.rc, 0);
+	assert_ptr_equal(a.f, b.f);
+	assert_int_equal(data_write(a.f, w, 100, 0), 100);
+	data_put(a.f);
+	assert_int_equal(data_read(b.f, buf, 100, 0), 100);
+	expect_fill(buf, 'h', 100);
+	data_put(b.f);
+	data_put(c.f);
+
+	make_spare(e, 10);
+	n = lease_spares(e, fds);
+	call_start(&a, e->d, 3, 0);
+	wait_no_spares(e);
+	call_start(&r, e->d, 3, 1);
+	assert_false(call_done_within(&r, 1)); /* it waits for a */
+	unlease(fds, n);
+	call_join(&a);
+	call_join(&r);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(r.rc, 0);
+	assert_false(file_exists(e, "3") || file_exists(e, "3.log"));
+	/* the open reference still works (unlink while open) */
+	assert_int_equal(data_write(a.f, w, 100, 0), 100);
+	assert_int_equal(data_read(a.f, buf, 100, 0), 100);
+	expect_fill(buf, 'h', 100);
+	data_put(a.f);
+	signal(SIGIO, old_sigio);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2187,6 +2337,7 @@ int main(void)
 		T(test_new_files_take_the_emptied_files_of_removed_ones),
 		T(test_spares_hold_no_bytes_and_open_files_keep_theirs),
 		T(test_spares_are_bounded_and_outlive_a_reopen),
+		T(test_a_held_up_open_holds_up_only_its_own_number),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
