@@ -257,6 +257,7 @@ struct data_file {
 	unsigned nra;
 	uint64_t ra_tick;
 	unsigned ra_fresh; /* opens with read access that have not read */
+	int uncached; /* data_uncache() since the last data_uncache_all() */
 };
 
 struct data {
@@ -2238,6 +2239,34 @@ void data_opens_left(struct data_file *f, unsigned n)
 	if (n == 0)
 		broadcast(&f->fetched); /* for a reader of a dropped lead */
 	unlock_mutex(&f->lock);
+}
+
+/* Drops the cache file's clean pages of [off, off + len) from memory (all:
+ * of the whole file, if data_uncache() was called since the last open)
+ * unless the range has dirty bytes, which an upload reads soon. Dirty
+ * pages are written, never dropped (posix_fadvise()), so a write that
+ * lands meanwhile loses nothing. f is held, so its fd is open. */
+static void uncache(struct data_file *f, uint64_t off, uint64_t len, int all)
+{
+	lock_mutex(&f->lock);
+	int fd = f->fd, wanted = !all || f->uncached;
+	uint64_t end = all ? f->size : off + len;
+	f->uncached = !all;
+	int dirty = covered(&f->dirty, off, end) > 0;
+	unlock_mutex(&f->lock);
+	if (wanted && !dirty && end > off)
+		(void)posix_fadvise(fd, (off_t)off, (off_t)(end - off),
+				    POSIX_FADV_DONTNEED);
+}
+
+void data_uncache(struct data_file *f, uint64_t off, uint64_t len)
+{
+	uncache(f, off, len, 0);
+}
+
+void data_uncache_all(struct data_file *f)
+{
+	uncache(f, 0, 0, 1);
 }
 
 ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)

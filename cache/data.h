@@ -137,6 +137,17 @@ void data_open_read(struct data_file *f);
  * at 0, so are the prefetch pieces queued and not started, and those
  * under way stop at their next bytes (data_fetch_landed()). */
 void data_opens_left(struct data_file *f, unsigned n);
+/* A buffered reader's page cache holds [off, off + len) now (the reply to
+ * its read): the cache file's own pages of clean bytes there need not be
+ * in memory too. Those on disk leave it; writeback of the others starts,
+ * and data_uncache_all() drops them once the file's last open is gone.
+ * Direct I/O has no page cache of its own, so it must not call this. */
+void data_uncache(struct data_file *f, uint64_t off, uint64_t len);
+/* The last open of f is gone: if a buffered reader read it (above) and
+ * none of it is dirty, the cache file's pages leave memory (those still
+ * being written to disk stay until the kernel reclaims them). Does disk
+ * work: not under the caller's locks. */
+void data_uncache_all(struct data_file *f);
 
 /* Reads [off, off+len), first fetching the missing ranges (one fetch per
  * gap, widened by the read-ahead window on sequential access and on an

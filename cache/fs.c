@@ -2046,6 +2046,7 @@ static void file_release(struct fs *fs, uint64_t ino)
 	}
 	pthread_mutex_unlock(&fs->lock);
 	if (h) {
+		data_uncache_all(h->df);
 		data_put(h->df);
 		free(h);
 	}
@@ -2118,7 +2119,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct data_file *df;
 	char *buf = malloc(size ? size : 1);
-	(void)fi;
 	int rc = buf ? file_ref(FS(req), ino, 0, &df) : -ENOMEM;
 	if (rc) {
 		free(buf);
@@ -2126,11 +2126,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	ssize_t n = data_read(df, buf, size, (uint64_t)off);
-	data_put(df);
+	int direct = (fi->flags & O_DIRECT) != 0;
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
 		fuse_reply_buf(req, buf, (size_t)n);
+	/* the kernel's page cache holds what a buffered read returned now:
+	 * the cache file's copy need not stay in memory too (after the
+	 * reply, which need not wait for the writeback this starts) */
+	if (n > 0 && !direct)
+		data_uncache(df, (uint64_t)off, (uint64_t)n);
+	data_put(df);
 	free(buf);
 }
 

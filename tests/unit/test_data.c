@@ -17,12 +17,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <linux/magic.h>
 
 #include "../../cache/data.h"
 
@@ -2132,6 +2135,67 @@ static void test_spares_are_bounded_and_outlive_a_reopen(void **state)
 	assert_int_equal(count_spares(e), 0);
 }
 
+/* ---- page cache ---- */
+
+/* Bytes of the cache file's first len in memory (mincore). */
+static size_t resident(struct data_file *f, size_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	size_t pages = (len + (size_t)page - 1) / (size_t)page, n = 0;
+	unsigned char vec[256];
+	assert_true(pages <= sizeof(vec));
+	void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, data_fd(f), 0);
+	assert_true(p != MAP_FAILED);
+	assert_int_equal(mincore(p, len, vec), 0);
+	for (size_t i = 0; i < pages; i++)
+		n += (vec[i] & 1) ? (size_t)page : 0;
+	munmap(p, len);
+	return n;
+}
+
+/* What a buffered reader got leaves the cache file's page cache once on
+ * disk; dirty bytes stay (an upload reads them), and so does all of a
+ * file only direct readers read, at its last close. */
+static void test_uncache_drops_clean_pages_and_keeps_dirty_ones(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[64 << 10];
+	size_t len = sizeof(buf);
+	struct statfs sf;
+	assert_int_equal(statfs(e->dir, &sf), 0);
+	if (sf.f_type == TMPFS_MAGIC)
+		skip(); /* its pages are the file: never dropped */
+	assert_int_equal(data_get(e->d, 1, len, &f), 0);
+	assert_int_equal(data_read(f, buf, len, 0), (ssize_t)len);
+	assert_int_equal(fdatasync(data_fd(f)), 0); /* on disk: clean */
+	assert_int_equal(resident(f, len), len);
+	data_uncache(f, 0, len / 2);
+	assert_int_equal(resident(f, len), len / 2);
+	data_uncache_all(f); /* the last close */
+	assert_int_equal(resident(f, len), 0);
+	assert_int_equal(data_read(f, buf, len, 0), (ssize_t)len);
+	assert_memory_equal(buf, e->obj, len); /* from the disk */
+
+	/* dirty bytes in the range: kept */
+	memset(buf, 'd', 4096);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	assert_int_equal(fdatasync(data_fd(f)), 0);
+	assert_int_equal(resident(f, len), len);
+	data_uncache(f, 0, 8192);
+	data_uncache_all(f);
+	assert_int_equal(resident(f, len), len);
+	data_put(f);
+
+	/* read by direct readers alone (no data_uncache()): kept */
+	assert_int_equal(data_get(e->d, 2, len, &f), 0);
+	assert_int_equal(data_read(f, buf, len, 0), (ssize_t)len);
+	assert_int_equal(fdatasync(data_fd(f)), 0);
+	data_uncache_all(f);
+	assert_int_equal(resident(f, len), len);
+	data_put(f);
+}
+
 /* ---- opens held up by the cache disk ---- */
 
 /* Read leases on every spare (at most 8): the open with O_TRUNC of the
@@ -2338,6 +2402,7 @@ int main(void)
 		T(test_spares_hold_no_bytes_and_open_files_keep_theirs),
 		T(test_spares_are_bounded_and_outlive_a_reopen),
 		T(test_a_held_up_open_holds_up_only_its_own_number),
+		T(test_uncache_drops_clean_pages_and_keeps_dirty_ones),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
