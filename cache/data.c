@@ -2242,8 +2242,8 @@ void data_opens_left(struct data_file *f, unsigned n)
 }
 
 /* Drops the cache file's clean pages of [off, off + len) from memory (all:
- * of the whole file, if data_uncache() was called since the last open)
- * unless the range has dirty bytes, which an upload reads soon. Dirty
+ * of the whole file, if data_uncache() was called since the last such
+ * call) unless the range has dirty bytes, which an upload reads soon. Dirty
  * pages are written, never dropped (posix_fadvise()), so a write that
  * lands meanwhile loses nothing. f is held, so its fd is open. */
 static void uncache(struct data_file *f, uint64_t off, uint64_t len, int all)
