@@ -1161,6 +1161,13 @@ static int fetch_marked_locked(struct data_file *f, uint64_t s, uint64_t e)
 		n = -EIO; /* the callback broke its contract */
 	lock_mutex(&f->lock);
 	uint64_t landed = inflight_find(f, s, e)->landed;
+	uint64_t end = min_u64(e, f->size);
+	/* past the object's end the bytes are zeros: the cache file holds
+	 * them too (no write lands in a fetch's range), so a reply spliced
+	 * from it (data_place()) is never cut short */
+	if (n >= 0 && end > s + (uint64_t)n &&
+	    pwrite(f->fd, "", 1, (off_t)end - 1) != 1)
+		n = errno ? -errno : -EIO;
 	inflight_del(f, s, e);
 	int rc;
 	if (n >= 0) {
@@ -2269,10 +2276,11 @@ void data_uncache_all(struct data_file *f)
 	uncache(f, 0, 0, 1);
 }
 
-ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
+int data_place(struct data_file *f, size_t len, uint64_t off, size_t *n)
 {
 	struct data *d = f->d;
 	int used = 0;
+	*n = 0;
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
 	lock_mutex(&f->lock);
@@ -2327,17 +2335,29 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	unlock_mutex(&f->lock);
 	if (nahead)
 		prefetch_queue(f, ahead, nahead);
-	if (rc == -ENOSPC && off < end) /* a full cache disk: past it */
-		return read_through(f, buf, (size_t)(end - off), off);
+	*n = off < end ? (size_t)(end - off) : 0;
+	return rc;
+}
+
+ssize_t data_read_through(struct data_file *f, void *buf, size_t len,
+			  uint64_t off)
+{
+	return len ? read_through(f, buf, len, off) : 0;
+}
+
+ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
+{
+	size_t n;
+	int rc = data_place(f, len, off, &n);
+	if (rc == -ENOSPC && n) /* a full cache disk: past it */
+		return read_through(f, buf, n, off);
 	if (rc)
 		return rc;
-
-	/* [off, end) is present; no fetch writes there any more, and a racing
-	 * write or truncate may show through as POSIX allows. */
-	/* a racing truncate that cuts the file reads as zeros */
-	size_t want = off < end ? (size_t)(end - off) : 0;
-	rc = pread_zeros(f->fd, buf, want, off);
-	return rc ? rc : (ssize_t)want;
+	/* [off, off + n) is present; no fetch writes there any more, and a
+	 * racing write or truncate may show through as POSIX allows. A
+	 * truncate that cuts the file meanwhile reads as zeros. */
+	rc = pread_zeros(f->fd, buf, n, off);
+	return rc ? rc : (ssize_t)n;
 }
 
 /* fstatvfs costs a system call per write, so room_for() reuses its

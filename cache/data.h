@@ -156,6 +156,14 @@ void data_uncache_all(struct data_file *f);
  * the reader finds it present or in flight. Returns bytes read (short at
  * EOF). */
 ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off);
+/* data_read() without the copy: makes the bytes present in the cache file
+ * and *n says how many there are from off (0 at EOF), for a reply that
+ * takes them from data_fd() at off (a splice). A truncate meanwhile may
+ * leave the cache file shorter. 0, or -ENOSPC when the cache disk had no
+ * room for them: data_read_through() then puts the *n bytes in memory. */
+int data_place(struct data_file *f, size_t len, uint64_t off, size_t *n);
+ssize_t data_read_through(struct data_file *f, void *buf, size_t len,
+			  uint64_t off);
 /* Writes and marks [off, off+len) present and dirty; extends the size. */
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 		   uint64_t off);
@@ -173,13 +181,13 @@ int data_hydrate(struct data_file *f, uint64_t off, uint64_t len);
 /* Marks every byte dirty (the file must be FULL: -EAGAIN otherwise), so
  * it is uploaded whole from here and never evicted or fetched before. */
 int data_mark_dirty_all(struct data_file *f);
-/* The cache file's descriptor, for s3_put_fd()/s3_upload_fd(). Valid
- * while the reference is held. */
 /* Puts bytes [off, off+len) of the file together in fd at the same
  * offsets: what the cache holds, copied, and the rest fetched straight
  * into fd, taking no room in the cache: for an upload that a full cache
  * disk cannot hydrate. fd starts as zeros (a new memfd or sparse file). */
 int data_compose(struct data_file *f, int fd, uint64_t off, uint64_t len);
+/* The cache file's descriptor, for s3_put_fd()/s3_upload_fd() and
+ * data_place(). Valid while the reference is held. */
 int data_fd(struct data_file *f);
 uint64_t data_size(struct data_file *f);
 /* Copies of the range sets (caller frees with ranges_free()). */

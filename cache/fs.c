@@ -1356,6 +1356,34 @@ static void space_give(struct fs *fs, uint64_t held)
 /* --- handlers
  * ----------------------------------------------------------------- */
 
+/* libfuse splices a reply of at least two pages; below, it would copy
+ * the bytes into a buffer of its own. */
+#define FS_SPLICE_MIN (2u * 4096u)
+/* and needs the reply and three pages more in one pipe */
+#define FS_SPLICE_ROOM (4u * 4096u)
+
+/* The largest read reply libfuse can splice. A pipe grows past
+ * /proc/sys/fs/pipe-max-size (1 MiB by default) only with
+ * CAP_SYS_RESOURCE; when libfuse fails to grow one it copies each reply
+ * into a new buffer of its own instead, slower than no splice at all. */
+static size_t splice_max(void)
+{
+	int p[2];
+	long got = -1;
+	if (pipe2(p, O_CLOEXEC))
+		return 0;
+	for (long sz = FS_MAX_WRITE + FS_SPLICE_ROOM; got < 0 && sz >= 65536;
+	     sz /= 2)
+		got = fcntl(p[0], F_SETPIPE_SZ, sz);
+	(void)close(p[0]);
+	(void)close(p[1]);
+	if (got <= (long)(FS_SPLICE_MIN + FS_SPLICE_ROOM))
+		return 0;
+	return (size_t)got - FS_SPLICE_ROOM < FS_MAX_WRITE
+		       ? (size_t)got - FS_SPLICE_ROOM
+		       : FS_MAX_WRITE;
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct fs *fs = userdata;
@@ -1365,9 +1393,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~(unsigned)FUSE_CAP_READDIRPLUS_AUTO;
-	/* requests must arrive in memory: serve.c reads their headers */
-	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
-				  FUSE_CAP_SPLICE_MOVE);
+	/* requests must arrive in memory: serve.c reads their headers.
+	 * Replies may go by splice (reply_placed()); their pages are copied,
+	 * never moved, so the cache file keeps its own. */
+	conn->want &= ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_MOVE);
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		fs->splice_max = splice_max();
+	if (fs->splice_max)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	conn->max_write = FS_MAX_WRITE;
 	conn->max_readahead = FS_MAX_WRITE;
 	/* asynchronous requests (libaio's direct I/O, read-ahead) the kernel
@@ -2114,30 +2147,70 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 }
 
+/* Replies with [off, off + n) of df's cache file, which libfuse splices
+ * from the file into the device (op_read() sends only sizes it can): the
+ * kernel copies the bytes into the reader's pages straight from the
+ * cache file's page cache, with no copy here. */
+static void reply_placed(fuse_req_t req, struct data_file *df, size_t n,
+			 off_t off)
+{
+	if (n == 0) {
+		fuse_reply_buf(req, NULL, 0); /* at the end */
+		return;
+	}
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
+	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	bv.buf[0].fd = data_fd(df);
+	bv.buf[0].pos = off;
+	fuse_reply_data(req, &bv, 0);
+}
+
+/* Replies with up to size bytes at off read into memory: a small read,
+ * or one the full cache disk has no room for (rc -ENOSPC, *n bytes).
+ * *n: the bytes replied with. */
+static int reply_copied(fuse_req_t req, struct data_file *df, size_t size,
+			off_t off, int rc, size_t *n)
+{
+	char *buf = malloc(size ? size : 1);
+	ssize_t got = -ENOMEM;
+	if (buf && rc == -ENOSPC)
+		got = data_read_through(df, buf, *n, (uint64_t)off);
+	else if (buf)
+		got = data_read(df, buf, size, (uint64_t)off);
+	if (got < 0)
+		fuse_reply_err(req, (int)-got);
+	else
+		fuse_reply_buf(req, buf, (size_t)got);
+	free(buf);
+	*n = got < 0 ? 0 : (size_t)got;
+	return got < 0 ? (int)got : 0;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct data_file *df;
-	char *buf = malloc(size ? size : 1);
-	int rc = buf ? file_ref(FS(req), ino, 0, &df) : -ENOMEM;
+	int rc = file_ref(FS(req), ino, 0, &df);
 	if (rc) {
-		free(buf);
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	ssize_t n = data_read(df, buf, size, (uint64_t)off);
-	int direct = (fi->flags & O_DIRECT) != 0;
-	if (n < 0)
-		fuse_reply_err(req, (int)-n);
+	size_t n = 0;
+	int splice = size >= FS_SPLICE_MIN && size <= FS(req)->splice_max;
+	if (splice)
+		rc = data_place(df, size, (uint64_t)off, &n);
+	if (!splice || rc == -ENOSPC)
+		rc = reply_copied(req, df, size, off, rc, &n);
+	else if (rc)
+		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_buf(req, buf, (size_t)n);
+		reply_placed(req, df, n, off);
 	/* the kernel's page cache holds what a buffered read returned now:
 	 * the cache file's copy need not stay in memory too (after the
 	 * reply, which need not wait for the writeback this starts) */
-	if (n > 0 && !direct)
-		data_uncache(df, (uint64_t)off, (uint64_t)n);
+	if (rc == 0 && n && !(fi->flags & O_DIRECT))
+		data_uncache(df, (uint64_t)off, n);
 	data_put(df);
-	free(buf);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,

@@ -80,6 +80,8 @@ struct fs {
 	 * FUSE_NO_OPENDIR_SUPPORT) and keeps their listings in its page
 	 * cache: a change it did not make must invalidate the directory */
 	int kernel_opendir;
+	/* the largest read reply sent by splice, set by INIT; 0: none */
+	size_t splice_max;
 
 	pthread_mutex_t lock; /* guards the dirty set, stop and bg state */
 	pthread_cond_t wake;  /* the flusher's */

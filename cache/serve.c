@@ -9,8 +9,9 @@
  *   SERVING --read() says ENODEV (unmounted), or serve_stop()--> STOPPING:
  *         the threads are woken with SIGUSR1 (no SA_RESTART, so a blocked
  *         read() returns EINTR), finish what they hold and are joined.
- * Splice is never asked for (fs.c's init leaves it off), so every request
- * arrives in memory and its header can be read here.
+ * Requests never arrive by splice (fs.c's init leaves FUSE_CAP_SPLICE_READ
+ * off), so each is in memory and its header can be read here. Replies to
+ * reads may leave by splice (io_splice_send()).
  *
  * FUSE_HANDLE_KILLPRIV_V2 (Linux 5.11), which libfuse 3.14 cannot ask
  * for: the session writes through serve_attach()'s writev, which adds that
@@ -102,10 +103,19 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 	return writev(fd, iov, count);
 }
 
+/* A reply libfuse sends by splice (fs.c's reply_placed()); without this
+ * libfuse 3.14 never splices through a custom io. */
+static ssize_t io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout,
+			      size_t len, unsigned int flags, void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
 int serve_attach(struct fuse_session *se, int fd)
 {
 	static const struct fuse_custom_io io = {io_writev, io_read, NULL,
-						 NULL};
+						 io_splice_send};
 	return fuse_session_custom_io(se, &io, fd) == 0 ? 0 : -EIO;
 }
 

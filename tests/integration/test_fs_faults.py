@@ -215,6 +215,47 @@ def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
     assert "disk is full" not in log
 
 
+def test_a_full_cache_disk_still_reads_what_it_has_no_room_for(
+        volume, s3, bucket, tmp_path, small_disk):
+    """A file in S3 read through a mount whose cache disk (a 48 MiB tmpfs)
+    a dirty file has filled: no room is left to fetch its bytes into, so
+    each read puts them together in memory. Buffered and direct reads, of
+    one page and of many, all return the object's bytes."""
+    url, prefix = volume
+    data = os.urandom((6 << 20) + 1234)
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/cold", Body=data)
+    disk = small_disk("48m")
+    m = None
+    try:
+        m = Mount(url, str(tmp_path / "m"), str(disk / "c"),
+                  "--upload-delay", "10m")
+        root = Path(m.mountpoint)
+        fd = os.open(root / "fill", os.O_CREAT | os.O_WRONLY | os.O_DIRECT)
+        chunk = mmap.mmap(-1, 1 << 20)
+        filled = 0
+        try:
+            while True:
+                chunk[:] = os.urandom(1 << 20)
+                os.pwrite(fd, chunk, filled)
+                filled += 1 << 20
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        assert filled >= 16 << 20
+        with open(root / "cold", "rb") as f:  # the first read: one page
+            assert f.read(4096) == data[:4096]
+            assert f.read() == data[4096:]
+        assert read_direct(root / "cold") == data
+        with open(root / "cold", "rb") as f:
+            f.seek(5 << 20)
+            assert f.read(1 << 20) == data[5 << 20:6 << 20]
+    finally:
+        if m:
+            rc = m.unmount()
+            assert rc == 0, m.output()
+
+
 def test_a_full_cache_disk_still_uploads_a_file_with_a_hole(
         volume, s3, bucket, tmp_path, small_disk):
     """A file already in S3 grows past a hole until the cache disk (a

@@ -285,6 +285,50 @@ def test_bytes_read_through_the_page_cache_are_not_kept_twice(
     assert rc == 0, m.output()
 
 
+def pipes_of(pid):
+    """How many pipes the process pid holds open."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("pipe:")
+    return n
+
+
+def test_large_reads_are_spliced_from_the_cache_file(s3, volume, tmp_path):
+    """A read of two pages up to what a pipe holds (1 MiB less four pages
+    without CAP_SYS_RESOURCE) is answered by splice from the cache file
+    (libfuse keeps a pipe per thread for it): no copy in the daemon.
+    Larger ones are copied. Cold and warm, buffered and direct, whole and
+    cut at the end, the bytes are the object's."""
+    url, prefix = volume
+    data = os.urandom((8 << 20) + 1234)
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/big", Body=data)
+    m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"))
+    try:
+        path = Path(m.mountpoint) / "big"
+        [worker] = m.workers()
+        before = pipes_of(worker)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            for size in (256 << 10, 1 << 20):
+                buf = mmap.mmap(-1, size)
+                for off in (3 << 20, 0, 8 << 20):  # cold, warm, the end
+                    want = data[off:off + size]
+                    assert os.preadv(fd, [buf], off) == len(want)
+                    assert bytes(buf[:len(want)]) == want
+                assert os.preadv(fd, [buf], 9 << 20) == 0
+        finally:
+            os.close(fd)
+        assert pipes_of(worker) > before
+        assert path.read_bytes() == data  # some cold, some warm
+        with open(path, "rb") as f:
+            f.seek((8 << 20) - 100)
+            assert f.read(1 << 20) == data[(8 << 20) - 100:]
+    finally:
+        rc = m.unmount()
+    assert rc == 0, m.output()
+
+
 def test_random_writes_and_sparse_file(mount):
     p = Path(mount.mountpoint) / "sparse"
     with open(p, "wb") as f:

@@ -605,6 +605,40 @@ static void test_reads_past_object_end_return_zeros_up_to_size(void **state)
 	data_put(f);
 }
 
+/* data_place() is data_read() for a reply spliced from the cache file:
+ * the same fetches and counts, and the bytes left in place. */
+static void test_place_leaves_the_bytes_in_the_cache_file(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[9000];
+	size_t n = 1;
+	e->fk.objlen = 60000; /* the object is shorter than the file */
+	assert_int_equal(data_get(e->d, 1, 65536, &f), 0);
+	assert_int_equal(data_place(f, 5000, 10000, &n), 0);
+	assert_int_equal(n, 5000);
+	assert_int_equal(e->fk.calls, 1);
+	expect_call(e, 0, 10000, 5000);
+	expect_present(f, "10000-15000");
+	assert_int_equal(pread(data_fd(f), buf, 5000, 10000), 5000);
+	expect_obj(buf, 10000, 5000);
+	/* cut at the size; past the object's end the file holds zeros */
+	assert_int_equal(data_place(f, sizeof(buf), 58000, &n), 0);
+	assert_int_equal(n, 65536 - 58000);
+	assert_int_equal(pread(data_fd(f), buf, n, 58000), (ssize_t)n);
+	expect_obj(buf, 58000, 2000);
+	expect_fill(buf + 2000, 0, n - 2000);
+	/* at and past the end: nothing, and nothing fetched */
+	int calls = e->fk.calls;
+	assert_int_equal(data_place(f, 10, 65536, &n), 0);
+	assert_int_equal(n, 0);
+	n = 1;
+	assert_int_equal(data_place(f, 10, 70000, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(e->fk.calls, calls);
+	data_put(f);
+}
+
 static void test_truncate_grow_reads_zeros_without_fetching(void **state)
 {
 	struct env *e = *state;
@@ -2357,6 +2391,7 @@ int main(void)
 		T(test_the_last_close_drops_prefetches_not_started),
 		T(test_many_interleaved_readers_each_keep_their_stream),
 		T(test_reads_past_object_end_return_zeros_up_to_size),
+		T(test_place_leaves_the_bytes_in_the_cache_file),
 		T(test_truncate_grow_reads_zeros_without_fetching),
 		T(test_write_over_partial_data_merges_with_fetched_bytes),
 		T(test_a_gap_past_the_end_reads_as_zeros_not_the_object),
