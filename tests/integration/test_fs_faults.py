@@ -72,6 +72,24 @@ def read_direct(path):
         os.close(fd)
 
 
+def fill_until_full(path, start=0):
+    """Writes random MiBs into path with O_DIRECT from start on until
+    the cache disk refuses one with ENOSPC; returns the bytes written."""
+    written = 0
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_DIRECT)
+    chunk = mmap.mmap(-1, 1 << 20)
+    try:
+        while True:
+            chunk[:] = os.urandom(1 << 20)
+            os.pwrite(fd, chunk, start + written)
+            written += 1 << 20
+    except OSError as err:
+        assert err.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return written
+
+
 def fsync_path(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -230,19 +248,7 @@ def test_a_full_cache_disk_still_reads_what_it_has_no_room_for(
         m = Mount(url, str(tmp_path / "m"), str(disk / "c"),
                   "--upload-delay", "10m")
         root = Path(m.mountpoint)
-        fd = os.open(root / "fill", os.O_CREAT | os.O_WRONLY | os.O_DIRECT)
-        chunk = mmap.mmap(-1, 1 << 20)
-        filled = 0
-        try:
-            while True:
-                chunk[:] = os.urandom(1 << 20)
-                os.pwrite(fd, chunk, filled)
-                filled += 1 << 20
-        except OSError as err:
-            assert err.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
-        assert filled >= 16 << 20
+        assert fill_until_full(root / "fill") >= 16 << 20
         with open(root / "cold", "rb") as f:  # the first read: one page
             assert f.read(4096) == data[:4096]
             assert f.read() == data[4096:]
@@ -274,18 +280,8 @@ def test_a_full_cache_disk_still_uploads_a_file_with_a_hole(
             f.write(os.urandom(1 << 20))
             f.flush()
             os.fsync(f.fileno())
-        written = 0
-        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
-        buf = mmap.mmap(-1, 1 << 20)
-        try:  # from 2 MiB on, until the disk is full: [1, 2) MiB a hole
-            while True:
-                buf[:] = os.urandom(1 << 20)
-                os.pwrite(fd, buf, (2 << 20) + written)
-                written += 1 << 20
-        except OSError as err:
-            assert err.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
+        # from 2 MiB on, until the disk is full: [1, 2) MiB a hole
+        written = fill_until_full(path, 2 << 20)
         assert written >= 8 << 20
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -338,19 +334,7 @@ def test_a_full_cache_disk_uploads_files_whose_bytes_it_cannot_fetch(
             finally:
                 os.close(fd)
             data[4096:8192] = buf[:]
-        filled = 0
-        fd = os.open(root / "fill", os.O_CREAT | os.O_WRONLY | os.O_DIRECT)
-        chunk = mmap.mmap(-1, 1 << 20)
-        try:
-            while True:
-                chunk[:] = os.urandom(1 << 20)
-                os.pwrite(fd, chunk, filled)
-                filled += 1 << 20
-        except OSError as err:
-            assert err.errno == errno.ENOSPC
-        finally:
-            os.close(fd)
-        assert filled >= 16 << 20
+        assert fill_until_full(root / "fill") >= 16 << 20
         for name in want:
             fsync_path(root / name)  # EIO for good before the fix
             assert body(s3, f"{prefix}/{name}") == bytes(want[name]), name
