@@ -1404,7 +1404,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = FS_MAX_WRITE;
 	conn->max_readahead = FS_MAX_WRITE;
 	/* asynchronous requests (libaio's direct I/O, read-ahead) the kernel
-	 * keeps in flight: its default of 12 is below one fio job's queue */
+	 * keeps in flight: its default of 12 is below one fio job's queue.
+	 * A submitter past the limit sleeps in the kernel until one ends, and
+	 * every end then wakes it: enough for every I/O a few deep queues
+	 * hold, so that they wait in the queue instead */
 	conn->max_background = FS_MAX_BACKGROUND;
 	conn->congestion_threshold = FS_MAX_BACKGROUND * 3 / 4;
 	fs->kernel_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;

@@ -37,8 +37,9 @@
 #define FS_DEFAULT_UPLOAD_DELAY_MS 2000u
 #define FS_DEFAULT_TIMEOUT_S 3600.0 /* RWO: this node is the only writer */
 #define FS_MAX_WRITE (1u << 20)
-#define FS_MAX_BACKGROUND                                                      \
-	64u /* asynchronous requests the kernel keeps in flight */
+/* asynchronous requests the kernel keeps in flight: the JupyterHub fio job's
+ * 4 x 256 */
+#define FS_MAX_BACKGROUND 1024u
 #define FS_FLUSH_TICK_MS 100u
 #define FS_LAZY_COMMIT_MS                                                      \
 	50u /* a write's mtime, at most this late in the store */
