@@ -6,7 +6,9 @@
  *
  * Dirty life of an inode (step 1, see fs.h):
  *   CLEAN --write/setattr/xattr/create--> DIRTY (meta flag + dirty set)
- *   DIRTY --upload_delay passes, or fsync--> SYNCING --ok--> CLEAN
+ *   DIRTY --upload_delay passes (a large file still being written: once
+ *            its writes stop; see busy_locked()), or fsync--> SYNCING
+ *   SYNCING --ok--> CLEAN
  *   SYNCING --write meanwhile--> stays DIRTY (change seq / dirty snapshot)
  *   SYNCING --S3 error--> DIRTY, requeued and retried upload_delay_ms later
  */
@@ -187,6 +189,8 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 	size_t i = dirty_pos(fs, ino);
 	if (i != SIZE_MAX) {
 		fs->dirty[i].flags |= flags;
+		if (flags && since_ms > fs->dirty[i].last_ms)
+			fs->dirty[i].last_ms = since_ms;
 	} else {
 		if (flags) {
 			burst_roll_locked(fs, since_ms);
@@ -202,7 +206,8 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 			fs->dirty = d;
 			fs->capdirty = cap;
 		}
-		fs->dirty[fs->ndirty++] = (struct dirty){ino, since_ms, flags};
+		fs->dirty[fs->ndirty++] =
+			(struct dirty){ino, since_ms, since_ms, flags};
 		if (fs->dirty_idx && 2 * fs->ndirty <= fs->dirty_idx_cap)
 			dirty_idx_put(fs, fs->ndirty - 1);
 		else
@@ -211,23 +216,28 @@ static void dirty_add(struct fs *fs, uint64_t ino, uint64_t since_ms,
 	pthread_mutex_unlock(&fs->lock);
 }
 
-/* 1 when ino is queued with all of flags already recorded. */
-static int already_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
+/* 1 when ino is queued with all of flags already recorded; its last
+ * change is then now_ms. */
+static int already_dirty(struct fs *fs, uint64_t ino, uint32_t flags,
+			 uint64_t now_ms)
 {
 	pthread_mutex_lock(&fs->lock);
 	size_t i = dirty_pos(fs, ino);
 	int yes = i != SIZE_MAX && (fs->dirty[i].flags & flags) == flags;
+	if (yes && now_ms > fs->dirty[i].last_ms)
+		fs->dirty[i].last_ms = now_ms;
 	pthread_mutex_unlock(&fs->lock);
 	return yes;
 }
 
 static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 {
+	uint64_t now = fs_now_ms();
 	/* a write to a file already queued costs no metadata write */
-	if (flags && already_dirty(fs, ino, flags))
+	if (flags && already_dirty(fs, ino, flags, now))
 		return;
 	if (meta_set_dirty(fs->meta, ino, flags) == 0)
-		dirty_add(fs, ino, fs_now_ms(), flags);
+		dirty_add(fs, ino, now, flags);
 }
 
 /* Queues what an earlier run left dirty (a crash, or S3 down at unmount),
@@ -321,6 +331,29 @@ static void settle_wait(struct fs *fs)
 		usleep((useconds_t)(fs->settle_until_ms - now) * 1000);
 }
 
+static struct handle **handle_slot(struct fs *fs, uint64_t ino);
+
+/* Whether d is a large file still being written: open, larger than a
+ * single PUT (the multipart threshold), changed within the last half
+ * upload delay, and first changed fewer than FS_BUSY_WAIT upload delays
+ * ago. An upload now would send a version that the next writes replace
+ * at once, and each upload after it would copy every part sent before
+ * (upload_delta()): writing 1 GiB at 100 MiB/s took 4 or 5 uploads that
+ * copied 1.2 to 2 GiB in S3 besides sending the file, which was whole
+ * there 6 to 12 s after the last write (4 s with one upload). So it
+ * waits until the writes stop. fs->lock is held (then a data file's lock
+ * may be taken). */
+static int busy_locked(struct fs *fs, const struct dirty *d, uint64_t now)
+{
+	uint64_t delay = fs->cfg.upload_delay_ms;
+	if (now >= d->since_ms + delay * FS_BUSY_WAIT ||
+	    now >= d->last_ms + delay / 2)
+		return 0;
+	struct handle *h = *handle_slot(fs, d->ino);
+	return h &&
+	       data_size(h->df) > s3_client_config(fs->s3)->multipart_threshold;
+}
+
 /* Takes the inodes due at time now (all of them when now is UINT64_MAX)
  * out of the set into a malloc'ed array.
  * The burst rule: while new inodes become dirty at FS_BURST_FILES or more
@@ -342,7 +375,9 @@ static uint64_t *take_due(struct fs *fs, uint64_t now, size_t *n)
 	if (fs->ndirty)
 		out = malloc(fs->ndirty * sizeof(*out));
 	for (size_t i = 0; out && i < fs->ndirty;) {
-		if (now == UINT64_MAX || fs->dirty[i].since_ms + delay <= now) {
+		if (now == UINT64_MAX ||
+		    (fs->dirty[i].since_ms + delay <= now &&
+		     !busy_locked(fs, &fs->dirty[i], now))) {
 			out[(*n)++] = fs->dirty[i].ino;
 			fs->dirty[i] = fs->dirty[--fs->ndirty];
 		} else {

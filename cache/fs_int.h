@@ -34,6 +34,9 @@
  * up to FS_BURST_WAIT upload delays (see take_due()). */
 #define FS_BURST_FILES 64u
 #define FS_BURST_WAIT 5u
+/* A large file still being written waits for its writes to stop, up to
+ * FS_BUSY_WAIT upload delays after its first change (see busy_locked()). */
+#define FS_BUSY_WAIT 15u
 /* The ETag recorded before an inode's first upload starts: an object may
  * exist at its key (the upload may finish after the process dies), so a
  * rename must copy and delete, not just rename in the store. */
@@ -51,6 +54,7 @@ static inline int fs_etag_known(const char *etag)
 struct dirty {
 	uint64_t ino;
 	uint64_t since_ms; /* monotonic time of the first unsynced change */
+	uint64_t last_ms;  /* and of the last change a handler made */
 	uint32_t flags;	   /* META_DIRTY_* already set in the meta store */
 };
 

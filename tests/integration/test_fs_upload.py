@@ -318,3 +318,91 @@ def test_a_burst_that_goes_on_holds_uploads_back_for_5_delays_at_most(
         assert first & sent, (len(first), len(sent))
     finally:
         assert m.unmount() == 0, m.output()
+
+
+def present(s3, key):
+    return key in keys(s3, key)
+
+
+def append_for(path, seconds, chunk=MIB, every=0.1):
+    """Appends chunk-sized pieces of random bytes to path every `every`
+    seconds for the given seconds, each fsynced so that the daemon sees it
+    at once (the kernel would otherwise hold it in its page cache);
+    returns every byte written."""
+    data = bytearray()
+    t0 = time.monotonic()
+    with open(path, "ab", buffering=0) as f:
+        while time.monotonic() - t0 < seconds:
+            piece = os.urandom(chunk)
+            f.write(piece)
+            os.fsync(f.fileno())
+            data += piece
+            time.sleep(max(0.0, t0 + len(data) / chunk * every - time.monotonic()))
+    return bytes(data)
+
+
+def test_a_big_file_being_written_uploads_once_its_writes_stop(
+        volume, s3, tmp_path):
+    # a dataset being written: each upload while it grows would send a
+    # version the next writes replace, and copy in S3 every part sent
+    # before; it waits for the writes to stop instead
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+              "--durability", "local", "--upload-delay", "2s")
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            if present(s3, f"{prefix}/data.bin"):
+                seen.append(time.monotonic())
+            time.sleep(0.1)
+
+    try:
+        path = Path(m.mountpoint) / "data.bin"
+        first = os.urandom(17 * MIB)  # past the 16 MiB of a single PUT
+        path.write_bytes(first)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            rest = append_for(path, 6.0)
+            ended = time.monotonic()
+            # uploaded 2 s after the first write without the rule
+            assert not seen, f"in S3 {ended - seen[0]:.1f} s before the writes stopped"
+            deadline = ended + 30
+            while not seen and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            watcher.join()
+        assert seen, "not in S3 30 s after the writes stopped"
+        assert body(s3, f"{prefix}/data.bin") == first + rest
+        assert "copied" not in m.output()  # one upload: no part copied
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_a_big_file_written_without_end_waits_15_delays_at_most(
+        volume, s3, tmp_path):
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+              "--durability", "local", "--upload-delay", "200ms")
+    try:
+        path = Path(m.mountpoint) / "log.bin"
+        path.write_bytes(os.urandom(17 * MIB))
+        t0 = time.monotonic()
+        box = {}
+        writer = threading.Thread(
+            target=lambda: box.setdefault("data", append_for(path, 8.0, 64 << 10, 0.05)))
+        writer.start()
+        try:
+            # 15 delays (3 s) after its first change it goes, writes or not
+            while not present(s3, f"{prefix}/log.bin") and time.monotonic() - t0 < 7:
+                time.sleep(0.1)
+            still = writer.is_alive()
+            took = time.monotonic() - t0
+        finally:
+            writer.join()
+        assert still and took < 7, (still, took)
+    finally:
+        assert m.unmount() == 0, m.output()
