@@ -95,6 +95,10 @@ int meta_open(const struct meta_config *cfg, struct meta **out);
 void meta_close(struct meta *m);
 /* Closes the open transaction now (fsync, syncfs, unmount). */
 int meta_commit(struct meta *m);
+/* The WAL checkpoints run so far: by the checkpointer thread, and by
+ * commits themselves (no checkpointer, or it fell behind). */
+void meta_checkpoints(struct meta *m, uint64_t *background,
+		      uint64_t *in_commits);
 /* What fsync (datasync 0) or fdatasync (1) of ino needs of the store:
  * meta_commit(), unless every change to ino it covers is durable already
  * (for fdatasync: the inode's existence, a size that shrank, links and

@@ -2345,6 +2345,47 @@ static void test_a_lazy_change_goes_with_the_next_eager_one(void **state)
 	assert_int_equal(mtime_row(f, ino), 6000);
 }
 
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static void test_the_wal_is_copied_back_by_the_checkpointer(void **state)
+{
+	struct fixture *f = *state;
+	struct meta *m = open_lazy(f, 600000); /* a commit per change */
+	char wal[128];
+	snprintf(wal, sizeof(wal), "%s-wal", f->path);
+	off_t db0 = file_size(f->path);
+	uint64_t bg = 0, inl = 0;
+	/* each create is a commit of a few pages: past 1,000 WAL frames,
+	 * and short of the 8,000 where a commit copies them itself */
+	char name[32];
+	for (int i = 0; i < 600; i++) {
+		snprintf(name, sizeof(name), "f%04d", i);
+		mkfile(m, ROOT, name);
+	}
+	for (int i = 0; i < 200 && bg == 0; i++) {
+		meta_checkpoints(m, &bg, &inl);
+		sleep_ms(10);
+	}
+	assert_true(bg >= 1);
+	assert_int_equal(inl, 0); /* no request waited for one */
+	assert_true(file_size(f->path) > db0);
+	/* a long run of commits keeps the WAL bounded, and all of it is
+	 * there after a reopen */
+	for (int i = 600; i < 6000; i++) {
+		snprintf(name, sizeof(name), "f%04d", i);
+		mkfile(m, ROOT, name);
+	}
+	assert_true(file_size(wal) < (off_t)12000 * 4120);
+	reopen(f, SLOW_INTERVAL_MS);
+	struct meta_attr a;
+	assert_int_equal(meta_lookup(f->m, ROOT, "f5999", &a), 0);
+	assert_int_equal(meta_lookup(f->m, ROOT, "f0000", &a), 0);
+}
+
 static int64_t mode_row(struct fixture *f, uint64_t ino)
 {
 	return peek_inode(f->path, ino, "mode");
@@ -2818,6 +2859,7 @@ int main(void)
 		T(test_a_batch_is_one_commit_at_its_end),
 		T(test_a_lazy_mtime_is_committed_by_the_timer),
 		T(test_a_lazy_change_goes_with_the_next_eager_one),
+		T(test_the_wal_is_copied_back_by_the_checkpointer),
 		T(test_an_orphans_last_forget_goes_with_the_next_commit),
 		T(test_an_orphans_times_wait_and_leave_it_clean),
 		T(test_an_orphan_lost_with_its_lazy_forget_is_gone_after),
