@@ -1489,9 +1489,10 @@ static int on_wal_commit(void *arg, sqlite3 *db, const char *name, int frames)
 	m->ckpt_mark = 0;
 	int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE,
 					   NULL, NULL);
-	if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+	if (rc == SQLITE_OK)
+		m->ckpts_inline++;
+	else if (rc != SQLITE_BUSY)
 		meta_log("%s: checkpoint: %s", m->path, sqlite3_errstr(rc));
-	m->ckpts_inline++;
 	return SQLITE_OK;
 }
 
@@ -1515,7 +1516,8 @@ static void *ckpter_main(void *arg)
 			meta_log("%s: checkpoint: %s", m->path,
 				 sqlite3_errmsg(m->ckpt_db));
 		lock(m);
-		m->ckpts_bg++;
+		if (rc == SQLITE_OK)
+			m->ckpts_bg++;
 	}
 	unlock(m);
 	return NULL;

@@ -391,9 +391,8 @@ def test_a_big_file_written_without_end_waits_15_delays_at_most(
         path = Path(m.mountpoint) / "log.bin"
         path.write_bytes(os.urandom(17 * MIB))
         t0 = time.monotonic()
-        box = {}
-        writer = threading.Thread(
-            target=lambda: box.setdefault("data", append_for(path, 8.0, 64 << 10, 0.05)))
+        writer = threading.Thread(target=append_for,
+                                  args=(path, 8.0, 64 << 10, 0.05))
         writer.start()
         try:
             # 15 delays (3 s) after its first change it goes, writes or not
