@@ -70,6 +70,14 @@
  * These orderings hold against a killed process. Against power loss only
  * data_sync() orders things: it fsyncs the file, then the log (a ".new"
  * file has none to wait for: its size on disk says what it holds).
+ * So a power loss can leave a "P+" or "D-" line on the disk without the
+ * bytes it speaks of, and the next open must not serve them, nor upload
+ * them beside a later write. "boot" holds the boot id of the last open,
+ * and "synced" says the last close flushed everything (syncfs) and no
+ * open came since. An open that finds neither its own boot's id nor
+ * "synced" keeps only each file's dirty bytes: a file with none goes,
+ * and the rest is fetched again. It removes "synced" and records its
+ * boot's id (after the drops are durable) before it serves.
  *
  * Fetching: data_read() marks the range in flight (a record in the file's
  * in-flight list), drops the file lock and lets the fetch callback write
@@ -171,6 +179,9 @@
 #define DATA_FETCH_TMP_PREFIX ".fetch."
 #define DATA_SPARE_PREFIX ".spare."
 #define DATA_NEW_SUFFIX ".new"
+#define DATA_BOOT_NAME "boot"	  /* the boot id of the last open */
+#define DATA_SYNCED_NAME "synced" /* the last close synced everything */
+#define DATA_BOOT_ID_MAX 64
 #define DATA_PREFETCH_BATCH 4 /* pieces a read may queue */
 /* No byte limit by default: only the free-space floor bounds the cache. */
 #define DATA_DEFAULT_SIZE_LIMIT UINT64_MAX
@@ -264,6 +275,10 @@ struct data {
 	struct data_config cfg; /* cfg.dir points at path */
 	char *path;		/* owned */
 	int dirfd;		/* owned */
+	/* the disk may not hold what the logs say (see data_open()): the
+	 * load keeps only dirty bytes; counts what it dropped */
+	int distrust;
+	size_t dropped_files, trimmed_files;
 	pthread_mutex_t lock;
 	/* protected by lock */
 	struct data_file **buckets; /* owned hash table, chained by hnext */
@@ -1569,6 +1584,64 @@ fail_1:
 	return rc;
 }
 
+/* The load after a power loss (d->distrust): bytes that f's log calls
+ * present but not dirty were fetched or uploaded, and neither the cache
+ * file nor the log was flushed after them, so the disk may hold the line
+ * without the bytes (the kernel writes files back in no set order). They
+ * are dropped, to be fetched again. Dirty bytes stay: data_sync() wrote
+ * those it was asked to flush before their lines. A file left with
+ * nothing goes. 1: f stays (trimmed, its log rewritten); 0: f was freed
+ * and its files removed; or -errno (f freed). */
+static int keep_vouched(struct data *d, struct data_file *f)
+{
+	if (f->pbytes == f->dbytes) /* dirty is a subset of present */
+		return 1;
+	uint64_t ino = f->ino;
+	if (f->dbytes == 0) {
+		file_free(f);
+		d->dropped_files++;
+		return drop_pair(d, ino, 0);
+	}
+	struct ranges gone;
+	int rc = copy_ranges(&f->present, &gone);
+	for (size_t i = 0; i < f->dirty.n && rc == 0; i++)
+		rc = ranges_remove(&gone, f->dirty.v[i].start,
+				   f->dirty.v[i].end);
+	struct ranges keep;
+	if (rc == 0 && (rc = copy_ranges(&f->dirty, &keep)) == 0) {
+		ranges_free(&f->present);
+		f->present = keep;
+		f->pbytes = f->dbytes;
+		rc = compact_locked(f); /* the log says so, before the holes */
+		if (f->logfd >= 0)
+			(void)close(
+				f->logfd); /* fsynced; opened again on use */
+		f->logfd = -1;
+	}
+	if (rc == 0) {
+		/* the blocks back to the disk (best effort: nothing reads
+		 * bytes that are not present) */
+		char name[DATA_NAME_MAX];
+		file_name(name, ino, "");
+		int fd = openat(d->dirfd, name, O_WRONLY | O_CLOEXEC);
+		for (size_t i = 0; fd >= 0 && i < gone.n; i++)
+			(void)fallocate(
+				fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)gone.v[i].start,
+				(off_t)(gone.v[i].end - gone.v[i].start));
+		if (fd >= 0)
+			(void)close(fd);
+		d->trimmed_files++;
+	}
+	ranges_free(&gone);
+	if (rc) {
+		file_free(f);
+		return rc;
+	}
+	check_file(f);
+	return 1;
+}
+
 /* DIR/.spare.<n>: back on the stack, or unlinked when it is full (or
  * the name is not one we write). Emptied before it got the name, and
  * emptied again (O_TRUNC) when it is taken. */
@@ -1635,6 +1708,8 @@ static int load_all(struct data *d)
 				rc = -errno;
 		} else if (parse_name(de->d_name, ".log", &ino)) {
 			rc = load_one(d, ino, &f);
+			if (rc == 1 && d->distrust)
+				rc = keep_vouched(d, f);
 			if (rc == 1) {
 				rc = hash_insert(d, f);
 				if (rc)
@@ -1675,6 +1750,78 @@ static int load_all(struct data *d)
 		d->dirty += all[i]->dbytes;
 	}
 	free(all);
+	return 0;
+}
+
+/* This boot's id into id (cfg.boot_id, else the kernel's); "" when
+ * unknown, which no recorded one matches. */
+static void boot_id_now(const struct data *d, char id[DATA_BOOT_ID_MAX])
+{
+	id[0] = '\0';
+	if (d->cfg.boot_id) {
+		snprintf(id, DATA_BOOT_ID_MAX, "%s", d->cfg.boot_id);
+		return;
+	}
+	FILE *fp = fopen("/proc/sys/kernel/random/boot_id", "re");
+	if (!fp)
+		return;
+	if (!fgets(id, DATA_BOOT_ID_MAX, fp))
+		id[0] = '\0';
+	id[strcspn(id, "\n")] = '\0';
+	fclose(fp);
+}
+
+/* Whether the logs can be taken at their word: written in this boot (a
+ * killed process leaves its writes in the page cache, which the disk and
+ * every reader share), or flushed by a clean close since (DIR/synced).
+ * Otherwise the machine went down since the last open, and the load
+ * keeps only dirty bytes (keep_vouched()). */
+static int logs_trusted(struct data *d, const char *now, int *same_boot,
+			int *synced)
+{
+	char was[DATA_BOOT_ID_MAX] = "";
+	int fd = openat(d->dirfd, DATA_BOOT_NAME, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, was, sizeof(was) - 1);
+		was[n > 0 ? n : 0] = '\0';
+		was[strcspn(was, "\n")] = '\0';
+		(void)close(fd);
+	}
+	*same_boot = now[0] && strcmp(was, now) == 0;
+	*synced = faccessat(d->dirfd, DATA_SYNCED_NAME, F_OK, 0) == 0;
+	return *same_boot || *synced;
+}
+
+/* After the load: the "synced" marker goes, durably, before anything in
+ * this open can change a file (a power loss from here on must not find
+ * it). On a new boot, the files the load dropped are made gone, then the
+ * boot's id is recorded, so that a later open in this boot trusts the
+ * logs. Only the marker's removal must succeed: without the id, the next
+ * open checks again, which costs fetches, not bytes. */
+static int record_boot(struct data *d, const char *now, int same_boot,
+		       int synced)
+{
+	if (synced && unlinkat(d->dirfd, DATA_SYNCED_NAME, 0) &&
+	    errno != ENOENT)
+		return -errno;
+	if (same_boot || !now[0])
+		return synced && fsync(d->dirfd) ? -errno : 0;
+	if (fsync(d->dirfd))
+		return synced ? -errno : 0;
+	char tmp[sizeof(DATA_BOOT_NAME) + 4];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", DATA_BOOT_NAME);
+	int fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			0600);
+	if (fd < 0)
+		return 0;
+	char line[DATA_BOOT_ID_MAX + 1];
+	int len = snprintf(line, sizeof(line), "%s\n", now);
+	int ok = write_full(fd, line, (size_t)len) == 0 && fsync(fd) == 0;
+	ok = close(fd) == 0 && ok;
+	if (ok && renameat(d->dirfd, tmp, d->dirfd, DATA_BOOT_NAME) == 0)
+		(void)fsync(d->dirfd);
+	else
+		(void)unlinkat(d->dirfd, tmp, 0);
 	return 0;
 }
 
@@ -1755,7 +1902,19 @@ int data_open(const struct data_config *cfg, struct data **out)
 		rc = -ENOMEM;
 		goto fail_4;
 	}
+	char boot[DATA_BOOT_ID_MAX];
+	int same_boot, synced;
+	boot_id_now(d, boot);
+	d->distrust = !logs_trusted(d, boot, &same_boot, &synced);
 	rc = load_all(d);
+	if (!rc && (d->dropped_files || d->trimmed_files))
+		fprintf(stderr,
+			"tierfs: data: the machine went down since the cache "
+			"was last open: %zu cached files dropped, %zu kept "
+			"with only their unsent bytes\n",
+			d->dropped_files, d->trimmed_files);
+	if (!rc)
+		rc = record_boot(d, boot, same_boot, synced);
 	if (!rc)
 		rc = prefetch_start(d);
 	if (rc)
@@ -1793,6 +1952,14 @@ void data_close(struct data *d)
 		return;
 	prefetch_stop(d);
 	free_all_files(d);
+	/* every byte and line on the disk: an open after a reboot may take
+	 * the logs at their word (logs_trusted()) */
+	if (syncfs(d->dirfd) == 0) {
+		int fd = openat(d->dirfd, DATA_SYNCED_NAME,
+				O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		if (fd >= 0 && close(fd) == 0)
+			(void)fsync(d->dirfd);
+	}
 	free(d->spares);
 	pthread_cond_destroy(&d->opened);
 	pthread_mutex_destroy(&d->spare_lock);

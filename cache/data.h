@@ -95,6 +95,10 @@ struct data_config {
 	 * half the worker's CPU in a burst of creates after deletes. 0:
 	 * none kept */
 	unsigned spares;
+	/* this boot's id (tests); NULL: the kernel's. A cache last open in
+	 * another boot, and not closed cleanly since, keeps only its dirty
+	 * bytes (data_open()) */
+	const char *boot_id;
 	data_fetch_fn fetch;
 	void *fetch_ctx;
 };
@@ -103,7 +107,10 @@ struct data;
 struct data_file;
 
 void data_config_init(struct data_config *cfg);
-/* Opens the cache; reloads the range logs of files already there. */
+/* Opens the cache; reloads the range logs of files already there. When
+ * the machine went down since the last open (another boot, and no clean
+ * data_close() since), only dirty bytes are kept: the disk may hold a
+ * log's line without the fetched bytes it speaks of. */
 int data_open(const struct data_config *cfg, struct data **out);
 /* Closes the cache. References still held (a session that ended with
  * RELEASEs undelivered) are dropped; their data is already on disk. */

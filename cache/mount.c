@@ -653,6 +653,8 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	dc.dir = data_dir;
 	dc.size_limit = o->cache_size;
 	dc.free_floor = free_floor_for(o->cache_dir);
+	/* tests stand for a reboot with another id (NULL: the kernel's) */
+	dc.boot_id = getenv("TIERFS_DEBUG_BOOT_ID");
 	o->fs.bucket = o->bucket;
 	o->fs.prefix = o->prefix;
 	o->fs.cache_dir = o->cache_dir;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -1393,6 +1394,135 @@ static void test_a_reopened_cache_lists_its_dirty_files_with_sizes(void **state)
 	free(v);
 }
 
+/* The cache dir as a power loss leaves it: the last open's files on the
+ * disk, no "synced" from a clean close, and the next open in a new boot
+ * (boot). The disk kept the logs but not the bytes of the cache files
+ * named in lose (zeroed, as unwritten blocks read). */
+static void power_loss(struct env *e, const char *boot, const uint64_t *lose,
+		       size_t nlose)
+{
+	char path[128];
+	data_close(e->d);
+	e->d = NULL;
+	snprintf(path, sizeof(path), "%s/synced", e->dir);
+	assert_int_equal(unlink(path), 0);
+	for (size_t i = 0; i < nlose; i++) {
+		snprintf(path, sizeof(path), "%s/%" PRIu64, e->dir, lose[i]);
+		struct stat st;
+		assert_int_equal(stat(path, &st), 0);
+		assert_int_equal(truncate(path, 0), 0);
+		assert_int_equal(truncate(path, st.st_size), 0);
+	}
+	e->cfg.boot_id = boot;
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+}
+
+static int exists_in(const struct env *e, const char *name)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/* ino (of 100000 bytes) holds present, and its first len bytes are
+ * read from the cache, with no fetch. */
+static void expect_served_from_cache(struct env *e, uint64_t ino,
+				     const char *present, size_t len)
+{
+	struct data_file *f;
+	unsigned char buf[20000];
+	assert_true(len <= sizeof(buf));
+	int calls = e->fk.calls;
+	assert_int_equal(data_get(e->d, ino, 100000, &f), 0);
+	expect_present(f, present);
+	assert_int_equal(data_read(f, buf, len, 0), (ssize_t)len);
+	expect_obj(buf, 0, len);
+	assert_int_equal(e->fk.calls, calls);
+	data_put(f);
+}
+
+/* A power loss can keep a log's "P+" line and lose the fetched bytes it
+ * speaks of: the open in the next boot serves no clean byte from the
+ * cache (it fetches them again) and keeps every dirty one. */
+static void test_after_a_power_loss_only_dirty_bytes_are_kept(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char w[3000], buf[20000];
+	memset(w, 'q', sizeof(w));
+	e->cfg.boot_id = "boot-a";
+	reopen(e);
+	assert_int_equal(data_get(e->d, 3, 100000, &f), 0);
+	assert_int_equal(data_read(f, buf, 20000, 0), 20000);
+	assert_int_equal(data_write(f, w, 3000, 50000), 3000);
+	assert_int_equal(data_sync(f), 0);
+	data_put(f);
+	assert_int_equal(data_get(e->d, 4, 100000, &f), 0); /* clean only */
+	assert_int_equal(data_read(f, buf, 10000, 0), 10000);
+	data_put(f);
+	assert_int_equal(data_create(e->d, 5, &f), 0); /* ".new": all dirty */
+	assert_int_equal(data_write(f, w, 3000, 0), 3000);
+	data_put(f);
+
+	/* the disk kept the writes (fsynced) but not the fetched bytes */
+	uint64_t lose[] = {4};
+	power_loss(e, "boot-b", lose, 1);
+	assert_false(exists_in(e, "4.log"));
+	assert_false(exists_in(e, "4"));
+	assert_false(exists_in(e, "synced"));
+	uint64_t cached, dirty;
+	data_usage(e->d, &cached, &dirty);
+	assert_int_equal(cached, 6000);
+	assert_int_equal(dirty, 6000);
+	int calls = e->fk.calls;
+	assert_int_equal(data_get(e->d, 3, 100000, &f), 0);
+	expect_present(f, "50000-53000");
+	expect_dirty(f, "50000-53000");
+	assert_int_equal(data_read(f, buf, 20000, 0), 20000);
+	expect_obj(buf, 0, 20000);
+	assert_true(e->fk.calls > calls);
+	assert_int_equal(data_read(f, buf, 3000, 50000), 3000);
+	expect_fill(buf, 'q', 3000);
+	data_put(f);
+	calls = e->fk.calls;
+	assert_int_equal(data_get(e->d, 4, 100000, &f), 0);
+	expect_present(f, "");
+	assert_int_equal(data_read(f, buf, 10000, 0), 10000);
+	expect_obj(buf, 0, 10000); /* fetched again, not the lost zeros */
+	assert_true(e->fk.calls > calls);
+	data_put(f);
+	assert_int_equal(data_get(e->d, 5, 3000, &f), 0);
+	expect_dirty(f, "0-3000");
+	data_put(f);
+
+	/* the boot is recorded: a killed process later in it keeps what
+	 * was fetched since */
+	power_loss(e, "boot-b", NULL, 0);
+	expect_served_from_cache(e, 3, "0-20000,50000-53000", 20000);
+}
+
+/* A clean close flushes everything and says so ("synced"): the open in a
+ * new boot keeps the cache whole, and takes the marker away first, so a
+ * power loss later is noticed. */
+static void test_after_a_clean_close_a_new_boot_keeps_the_cache(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[10000];
+	e->cfg.boot_id = "boot-a";
+	reopen(e);
+	assert_int_equal(data_get(e->d, 4, 100000, &f), 0);
+	assert_int_equal(data_read(f, buf, 10000, 0), 10000);
+	data_put(f);
+	data_close(e->d);
+	e->d = NULL;
+	assert_true(exists_in(e, "synced"));
+	e->cfg.boot_id = "boot-b";
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_false(exists_in(e, "synced"));
+	expect_served_from_cache(e, 4, "0-10000", 10000);
+}
+
 static void test_clean_file_adopts_callers_size_on_get(void **state)
 {
 	struct env *e = *state;
@@ -2412,6 +2542,8 @@ int main(void)
 		T(test_mark_clean_keeps_ranges_written_after_snapshot_dirty),
 		T(test_close_and_reopen_restore_sets_data_and_usage),
 		T(test_a_reopened_cache_lists_its_dirty_files_with_sizes),
+		T(test_after_a_power_loss_only_dirty_bytes_are_kept),
+		T(test_after_a_clean_close_a_new_boot_keeps_the_cache),
 		T(test_clean_file_adopts_callers_size_on_get),
 		T(test_kill9_after_writes_loses_no_completed_write),
 		T(test_kill9_mid_stream_loses_no_completed_write),
