@@ -278,6 +278,7 @@ struct data {
 	/* the disk may not hold what the logs say (see data_open()): the
 	 * load keeps only dirty bytes; counts what it dropped */
 	int distrust;
+	int unrecorded; /* a trimmed log could not be rewritten */
 	size_t dropped_files, trimmed_files;
 	pthread_mutex_t lock;
 	/* protected by lock */
@@ -1590,8 +1591,11 @@ fail_1:
  * without the bytes (the kernel writes files back in no set order). They
  * are dropped, to be fetched again. Dirty bytes stay: data_sync() wrote
  * those it was asked to flush before their lines. A file left with
- * nothing goes. 1: f stays (trimmed, its log rewritten); 0: f was freed
- * and its files removed; or -errno (f freed). */
+ * nothing goes. Until the boot is recorded (record_boot()) every open
+ * does this again, so the steps need no order among themselves, and a
+ * log that cannot be rewritten (a full disk) only keeps the boot from
+ * being recorded. 1: f stays, trimmed; 0: f was freed and its files
+ * removed; or -errno (f freed). */
 static int keep_vouched(struct data *d, struct data_file *f)
 {
 	if (f->pbytes == f->dbytes) /* dirty is a subset of present */
@@ -1602,42 +1606,39 @@ static int keep_vouched(struct data *d, struct data_file *f)
 		d->dropped_files++;
 		return drop_pair(d, ino, 0);
 	}
-	struct ranges gone;
-	int rc = copy_ranges(&f->present, &gone);
-	for (size_t i = 0; i < f->dirty.n && rc == 0; i++)
-		rc = ranges_remove(&gone, f->dirty.v[i].start,
-				   f->dirty.v[i].end);
 	struct ranges keep;
-	if (rc == 0 && (rc = copy_ranges(&f->dirty, &keep)) == 0) {
-		ranges_free(&f->present);
-		f->present = keep;
-		f->pbytes = f->dbytes;
-		rc = compact_locked(f); /* the log says so, before the holes */
-		if (f->logfd >= 0)
-			(void)close(
-				f->logfd); /* fsynced; opened again on use */
-		f->logfd = -1;
-	}
-	if (rc == 0) {
-		/* the blocks back to the disk (best effort: nothing reads
-		 * bytes that are not present) */
-		char name[DATA_NAME_MAX];
-		file_name(name, ino, "");
-		int fd = openat(d->dirfd, name, O_WRONLY | O_CLOEXEC);
-		for (size_t i = 0; fd >= 0 && i < gone.n; i++)
-			(void)fallocate(
-				fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				(off_t)gone.v[i].start,
-				(off_t)(gone.v[i].end - gone.v[i].start));
-		if (fd >= 0)
-			(void)close(fd);
-		d->trimmed_files++;
-	}
-	ranges_free(&gone);
+	int rc = copy_ranges(&f->dirty, &keep);
 	if (rc) {
 		file_free(f);
 		return rc;
 	}
+	/* the blocks back to the disk first (room for the new log on a
+	 * full one); best effort: nothing reads bytes that are not present */
+	char name[DATA_NAME_MAX];
+	file_name(name, ino, "");
+	int fd = openat(d->dirfd, name, O_WRONLY | O_CLOEXEC);
+	for (size_t i = 0; fd >= 0 && i < f->present.n; i++) {
+		uint64_t s = f->present.v[i].start, e = f->present.v[i].end;
+		uint64_t gs, ge;
+		while (s < e && ranges_first_gap(&f->dirty, s, e, &gs, &ge)) {
+			(void)fallocate(
+				fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)gs, (off_t)(ge - gs));
+			s = ge;
+		}
+	}
+	if (fd >= 0)
+		(void)close(fd);
+	ranges_free(&f->present);
+	f->present = keep;
+	f->pbytes = f->dbytes;
+	if (compact_locked(f) != 0)
+		d->unrecorded = 1;
+	/* the new log is fsynced; its descriptor opens again on first use */
+	if (f->logfd >= 0)
+		(void)close(f->logfd);
+	f->logfd = -1;
+	d->trimmed_files++;
 	check_file(f);
 	return 1;
 }
@@ -1804,7 +1805,7 @@ static int record_boot(struct data *d, const char *now, int same_boot,
 	if (synced && unlinkat(d->dirfd, DATA_SYNCED_NAME, 0) &&
 	    errno != ENOENT)
 		return -errno;
-	if (same_boot || !now[0])
+	if (same_boot || !now[0] || d->unrecorded)
 		return synced && fsync(d->dirfd) ? -errno : 0;
 	if (fsync(d->dirfd))
 		return synced ? -errno : 0;
@@ -1953,8 +1954,9 @@ void data_close(struct data *d)
 	prefetch_stop(d);
 	free_all_files(d);
 	/* every byte and line on the disk: an open after a reboot may take
-	 * the logs at their word (logs_trusted()) */
-	if (syncfs(d->dirfd) == 0) {
+	 * the logs at their word (logs_trusted()); not while one that a
+	 * power loss made untrue could not be rewritten */
+	if (!d->unrecorded && syncfs(d->dirfd) == 0) {
 		int fd = openat(d->dirfd, DATA_SYNCED_NAME,
 				O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
 		if (fd >= 0 && close(fd) == 0)

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -1523,6 +1524,54 @@ static void test_after_a_clean_close_a_new_boot_keeps_the_cache(void **state)
 	expect_served_from_cache(e, 4, "0-10000", 10000);
 }
 
+/* A log the load cannot rewrite after a power loss (a full disk; here
+ * a file size limit) leaves the cache trimmed in memory, but neither
+ * records the boot nor says "synced" at close: the next open trims
+ * again, and then records it. */
+static void
+test_a_trim_the_disk_cannot_take_is_done_again_next_open(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char w[3000], buf[20000];
+	memset(w, 'q', sizeof(w));
+	e->cfg.boot_id = "boot-a";
+	reopen(e);
+	assert_int_equal(data_get(e->d, 3, 100000, &f), 0);
+	assert_int_equal(data_read(f, buf, 20000, 0), 20000);
+	assert_int_equal(data_write(f, w, 3000, 50000), 3000);
+	assert_int_equal(data_sync(f), 0);
+	data_put(f);
+
+	struct rlimit was, small = {16, 16};
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+	small.rlim_max = was.rlim_max;
+	void (*sig)(int) = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+	power_loss(e, "boot-b", NULL, 0);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+	signal(SIGXFSZ, sig);
+	assert_int_equal(data_get(e->d, 3, 100000, &f), 0);
+	expect_present(f, "50000-53000");
+	data_put(f);
+	data_close(e->d);
+	e->d = NULL;
+	assert_false(exists_in(e, "synced"));
+
+	e->cfg.boot_id = "boot-b";
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_int_equal(data_get(e->d, 3, 100000, &f), 0);
+	expect_present(f, "50000-53000");
+	data_put(f);
+	char path[128], id[16] = "";
+	snprintf(path, sizeof(path), "%s/boot", e->dir);
+	FILE *fp = fopen(path, "r");
+	assert_non_null(fp);
+	assert_non_null(fgets(id, sizeof(id), fp));
+	fclose(fp);
+	assert_string_equal(id, "boot-b\n");
+}
+
 static void test_clean_file_adopts_callers_size_on_get(void **state)
 {
 	struct env *e = *state;
@@ -2544,6 +2593,7 @@ int main(void)
 		T(test_a_reopened_cache_lists_its_dirty_files_with_sizes),
 		T(test_after_a_power_loss_only_dirty_bytes_are_kept),
 		T(test_after_a_clean_close_a_new_boot_keeps_the_cache),
+		T(test_a_trim_the_disk_cannot_take_is_done_again_next_open),
 		T(test_clean_file_adopts_callers_size_on_get),
 		T(test_kill9_after_writes_loses_no_completed_write),
 		T(test_kill9_mid_stream_loses_no_completed_write),
