@@ -22,10 +22,11 @@ MIB = 1 << 20
 
 
 def cached_bytes(cache_dir):
-    """Bytes the data cache holds on disk (sparse files count what is allocated)."""
+    """Bytes the data cache holds on disk (sparse files count what is allocated).
+    Content files are named by inode number; the rest is bookkeeping."""
     total = 0
     for f in (Path(cache_dir) / "data").iterdir():
-        if not f.name.endswith(".log"):
+        if f.name.isdigit():
             total += f.stat().st_blocks * 512
     return total
 
