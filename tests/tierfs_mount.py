@@ -7,6 +7,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIERFS = os.environ.get("TIERFS_BIN", os.path.join(ROOT, "build", "tierfs"))
 
 
+def cached_bytes(cache_dir):
+    """Bytes of file content the data cache holds on disk (sparse files
+    count what is allocated). Content files are named by inode number; the
+    .log files, "boot" and "synced" beside them are bookkeeping."""
+    data = os.path.join(cache_dir, "data")
+    return sum(e.stat().st_blocks * 512 for e in os.scandir(data)
+               if e.is_file() and e.name.isdigit())
+
+
 def is_mounted(path):
     path = os.path.realpath(path)
     with open("/proc/self/mountinfo") as f:

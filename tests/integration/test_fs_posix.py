@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from s3util import BUCKET, body, head, skip_unless_s3
-from tierfs_mount import Mount
+from tierfs_mount import Mount, cached_bytes
 
 skip_unless_s3(fuse=True)
 
@@ -726,15 +726,11 @@ def test_cache_size_limit_evicts_clean_data_and_rereads_it(volume, s3, tmp_path)
     try:
         for name, data in blobs.items():
             assert (Path(m.mountpoint) / name).read_bytes() == data
-        def cached():
-            # content files are named by inode number; "boot", "synced"
-            # and the .log files beside them are bookkeeping
-            return sum(p.stat().st_blocks * 512 for p in (cache / "data").iterdir()
-                       if p.is_file() and p.name.isdigit())
         deadline = time.monotonic() + 10
-        while cached() > (1 << 20) and time.monotonic() < deadline:
+        while cached_bytes(cache) > (1 << 20) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert cached() <= 1 << 20, f"{cached()} bytes cached over a 1 MiB limit"
+        assert cached_bytes(cache) <= 1 << 20, \
+            f"{cached_bytes(cache)} bytes cached over a 1 MiB limit"
         # evicted files come back from S3, whole
         for name, data in blobs.items():
             assert (Path(m.mountpoint) / name).read_bytes() == data

@@ -12,23 +12,13 @@ import time
 from pathlib import Path
 
 from s3util import body, keys, skip_unless_s3
-from tierfs_mount import Mount
+from tierfs_mount import Mount, cached_bytes
 
 skip_unless_s3()
 
 from conftest import MOUNT_ARGS  # noqa: E402
 
 MIB = 1 << 20
-
-
-def cached_bytes(cache_dir):
-    """Bytes the data cache holds on disk (sparse files count what is allocated).
-    Content files are named by inode number; the rest is bookkeeping."""
-    total = 0
-    for f in (Path(cache_dir) / "data").iterdir():
-        if f.name.isdigit():
-            total += f.stat().st_blocks * 512
-    return total
 
 
 def test_a_small_edit_to_a_big_file_sends_one_part_and_copies_the_rest(
