@@ -117,7 +117,9 @@
  * own small ones at once.
  *
  * Prefetch: a sequential read also looks at the twice its window that
- * follows it. Once at least a piece of that (a window, at most
+ * follows it (its readahead_max, once the stream has read readahead_min
+ * bytes in a row and the file has at most DATA_RA_EAGER_STREAMS streams:
+ * settled_locked()). Once at least a piece of that (a window, at most
  * DATA_PREFETCH_PIECE) is neither present nor in flight, it marks up to
  * DATA_PREFETCH_BATCH pieces in flight and queues them for the prefetch
  * threads, each with a reference to the file, and the window doubles. The
@@ -183,6 +185,9 @@
 #define DATA_SYNCED_NAME "synced" /* the last close synced everything */
 #define DATA_BOOT_ID_MAX 64
 #define DATA_PREFETCH_BATCH 4 /* pieces a read may queue */
+/* a file with at most this many streams lets a settled one plan
+ * readahead_max ahead at once (see Prefetch) */
+#define DATA_RA_EAGER_STREAMS 8
 /* No byte limit by default: only the free-space floor bounds the cache. */
 #define DATA_DEFAULT_SIZE_LIMIT UINT64_MAX
 
@@ -224,6 +229,7 @@ struct data_fetch {
 };
 
 struct ra_stream {
+	uint64_t start;	 /* where its first read began */
 	uint64_t next;	 /* where its previous read ended */
 	uint64_t window; /* next read-ahead window; 0: start over */
 	uint64_t used;	 /* ra_tick of its last read; 0: free */
@@ -2368,6 +2374,25 @@ static struct ra_stream *ra_stream_for(struct data_file *f, uint64_t off,
 	return old;
 }
 
+/* Whether st, continued by a read, plans readahead_max ahead rather than
+ * its window (see Prefetch): once it has read readahead_min bytes in a
+ * row, and while the file has few streams, counting the opens that have
+ * not read yet (64 readers that open a file at once start their streams
+ * a few at a time). Growing the window from
+ * readahead_min kept one GET in flight for the first tens of MiB of each
+ * cold read; 64 readers of one file that each planned that far ahead
+ * queued GETs of bytes no one read yet before the ones they waited for.
+ * Called with f->lock held. */
+static int settled_locked(const struct data_file *f, const struct ra_stream *st)
+{
+	if (st->next - st->start < f->d->cfg.readahead_min)
+		return 0;
+	unsigned live = f->ra_fresh; /* opens not read yet: streams soon */
+	for (unsigned i = 0; i < f->nra; i++)
+		live += f->ra[i].used != 0;
+	return live <= DATA_RA_EAGER_STREAMS;
+}
+
 /* A read the cache disk has no room for: put together in memory (a memfd
  * as sparse as the file) from the cache and the object, so a full cache
  * disk slows reads down but never fails them. */
@@ -2459,7 +2484,7 @@ int data_place(struct data_file *f, size_t len, uint64_t off, size_t *n)
 	}
 	uint64_t end = off + min_u64(len, f->size - off);
 	int seq;
-	struct ra_stream none = {0, 0, 0}, *st = ra_stream_for(f, off, &seq);
+	struct ra_stream none = {0}, *st = ra_stream_for(f, off, &seq);
 	if (!st)
 		st = &none; /* no memory for a stream: no read-ahead */
 	uint64_t ra = 0;
@@ -2472,6 +2497,7 @@ int data_place(struct data_file *f, size_t len, uint64_t off, size_t *n)
 			f->ra_fresh--;
 			ra = d->cfg.readahead_min;
 		}
+		st->start = off;
 		st->next = end;
 	}
 	uint64_t tick = st->used = ++f->ra_tick;
@@ -2496,6 +2522,8 @@ int data_place(struct data_file *f, size_t len, uint64_t off, size_t *n)
 	unsigned nahead = 0;
 	if (ra && rc == 0 && d->npf) {
 		uint64_t win = st->window ? st->window : ra;
+		if (seq && settled_locked(f, st))
+			win = d->cfg.readahead_max;
 		nahead = plan_ahead_locked(f, end, win, ahead);
 		if (nahead && !used)
 			st->window = min_u64(2 * win, d->cfg.readahead_max);

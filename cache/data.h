@@ -81,7 +81,9 @@ struct data_config {
 	uint32_t readahead_min; /* first read-ahead window */
 	uint32_t readahead_max; /* sequential reads double it up to this */
 	/* background fetches keep up to twice the window ahead of a
-	 * sequential reader (data_read()); 0 threads: none */
+	 * sequential reader (data_read()), twice readahead_max once it has
+	 * read readahead_min in a row from a file of few readers; 0
+	 * threads: none */
 	unsigned prefetch_threads;
 	/* with prefetch threads, a sequential reader's miss is fetched by
 	 * one of them (first in the queue) in one GET of this many bytes,

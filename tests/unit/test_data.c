@@ -804,9 +804,58 @@ static void test_a_reader_goes_on_as_its_bytes_land(void **state)
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_int_equal(rd.rc, 4096);
 	expect_obj(rd.buf, 12 * K, 4096);
-	await_present(f, "0-65536"); /* the lead, and the piece after it */
-	assert_int_equal(fake_calls(e), 2);
+	/* the lead, the piece after it, and, the stream having read RA_MIN
+	 * in a row, the piece of [64, 144) KiB (RA_MAX ahead) */
+	await_present(f, "0-131072");
+	assert_int_equal(fake_calls(e), 3);
+	expect_call(e, 2, 64 * K, RA_MAX);
 	data_put(f);
+}
+
+/* A stream that has read RA_MIN bytes in a row plans RA_MAX ahead at
+ * once, not its window, but only while its file has at most 8 streams,
+ * counting the opens that have not read yet: 64 readers of one file that
+ * each did so queued GETs of bytes no one was reading yet before the
+ * ones they waited for. */
+static void test_only_a_file_of_few_streams_plans_ra_max_ahead(void **state)
+{
+	struct env *e = *state;
+	unsigned char buf[4096];
+	const uint64_t K = 1024;
+	/* besides the reader's stream: other streams, opens not read yet */
+	const struct {
+		unsigned streams, unread;
+	} cases[] = {{7, 0}, {8, 0}, {0, 8}, {4, 4}};
+	with_prefetch_threads(e, 1);
+	for (uint64_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct data_file *f;
+		char want[512];
+		int few = cases[k].streams + cases[k].unread <= 7;
+		/* the reader's own stream, [0, 16) KiB: its lead [4, 36)
+		 * and the piece [36, 68); settled at its fourth read, also
+		 * the RA_MAX piece [68, 132), unless the file has 9 streams,
+		 * counting the opens not read yet */
+		int len = snprintf(want, sizeof(want), "0-%u",
+				   few ? 132u * 1024 : 68u * 1024);
+		assert_int_equal(data_get(e->d, 1 + k, sizeof(e->obj), &f), 0);
+		for (uint64_t r = 0; r < cases[k].streams; r++) {
+			uint64_t at = 512 * K + r * 64 * K;
+			assert_int_equal(data_read(f, buf, 4096, at), 4096);
+			len += snprintf(want + len, sizeof(want) - len,
+					",%" PRIu64 "-%" PRIu64, at, at + 4096);
+		}
+		for (uint64_t off = 0; off < 16 * K; off += 4 * K) {
+			assert_int_equal(data_read(f, buf, 4096, off), 4096);
+			expect_obj(buf, off, 4096);
+			for (unsigned r = 0; off == 0 && r < cases[k].unread;
+			     r++)
+				data_open_read(f); /* opened since */
+		}
+		await_present(f, want);
+		usleep(100 * 1000); /* time for a wrong piece to land too */
+		expect_present(f, want);
+		data_put(f);
+	}
 }
 
 /* The parts of one large read reach data_read() in any order: a read
@@ -1018,8 +1067,10 @@ static void test_queued_prefetches_are_taken_over_not_waited_for(void **state)
 	expect_obj(rd.buf, 76 * K, 4096);
 	assert_int_equal(fake_calls(e), 5);
 	expect_call(e, 3, 300 * K, 4 * K);
-	expect_call(e, 4, 68 * K, 32 * K); /* the reader took it */
-	usleep(200 * 1000);		   /* rd2 queued its lead long before */
+	/* the reader took it: [68, 132) KiB, queued by the read at 12 KiB,
+	 * the first after RA_MIN read in a row, which planned RA_MAX ahead */
+	expect_call(e, 4, 68 * K, RA_MAX);
+	usleep(200 * 1000); /* rd2 queued its lead long before */
 	wr.f = f;
 	assert_int_equal(pthread_create(&th, NULL, writer_main, &wr), 0);
 	assert_true(joins_soon(th));
@@ -1037,10 +1088,10 @@ static void test_queued_prefetches_are_taken_over_not_waited_for(void **state)
 	expect_call(e, 5, 304 * K, 16 * K);
 	assert_int_equal(sem_post(&e->fk.gate), 0);
 	/* the thread ends its fetch, skips the taken piece and the dropped
-	 * lead, and fetches the two pieces after them, and [100, 164) that
+	 * lead, and fetches the two pieces after them, and [132, 196) that
 	 * the read at 76 KiB queued (within a window of the first stream,
 	 * it continued it) */
-	await_present(f, "0-167936,307200-370788");
+	await_present(f, "0-200704,307200-370788");
 	assert_int_equal(fake_calls(e), 9);
 	assert_int_equal(data_read(f, buf, 100, 330 * K), 100);
 	expect_fill(buf, 'W', 100);
@@ -2586,6 +2637,7 @@ int main(void)
 		T(test_a_reader_goes_on_as_its_bytes_land),
 		T(test_a_failed_fetch_keeps_the_bytes_that_landed),
 		T(test_parts_of_a_read_out_of_order_continue_the_stream),
+		T(test_only_a_file_of_few_streams_plans_ra_max_ahead),
 		T(test_close_with_prefetches_pending_leaves_the_cache_whole),
 		T(test_queued_prefetches_are_taken_over_not_waited_for),
 		T(test_a_write_waits_for_the_fetch_it_lands_on),
