@@ -2378,11 +2378,10 @@ static struct ra_stream *ra_stream_for(struct data_file *f, uint64_t off,
  * its window (see Prefetch): once it has read readahead_min bytes in a
  * row, and while the file has few streams, counting the opens that have
  * not read yet (64 readers that open a file at once start their streams
- * a few at a time). Growing the window from
- * readahead_min kept one GET in flight for the first tens of MiB of each
- * cold read; 64 readers of one file that each planned that far ahead
- * queued GETs of bytes no one read yet before the ones they waited for.
- * Called with f->lock held. */
+ * a few at a time). Growing the window from readahead_min kept one GET
+ * in flight for the first tens of MiB of each cold read; 64 readers of
+ * one file that each planned that far ahead queued GETs of bytes no one
+ * read yet before the ones they waited for. Called with f->lock held. */
 static int settled_locked(const struct data_file *f, const struct ra_stream *st)
 {
 	if (st->next - st->start < f->d->cfg.readahead_min)
