@@ -805,7 +805,8 @@ static void test_a_reader_goes_on_as_its_bytes_land(void **state)
 	assert_int_equal(rd.rc, 4096);
 	expect_obj(rd.buf, 12 * K, 4096);
 	/* the lead, the piece after it, and, the stream having read RA_MIN
-	 * in a row, the piece of [64, 144) KiB (RA_MAX ahead) */
+	 * in a row, the plan of [16, 144) KiB goes RA_MAX ahead: its third
+	 * piece is [64, 128) KiB */
 	await_present(f, "0-131072");
 	assert_int_equal(fake_calls(e), 3);
 	expect_call(e, 2, 64 * K, RA_MAX);
