@@ -45,7 +45,10 @@
  * add META_CKPT_FRAMES. Commits go on while it copies, so it rarely
  * copies every frame and the WAL rarely starts over; past
  * META_CKPT_INLINE_FRAMES a commit checkpoints itself, as before, which
- * the lock makes complete, and the WAL starts over.
+ * the lock makes complete, and the WAL starts over. That commit first
+ * waits for a background run in flight: on a loaded disk a run's fsyncs
+ * take seconds, its checkpoint lock would make the commit's BUSY, and
+ * the WAL would grow by all that commits add meanwhile.
  *
  * Sync rounds (meta_sync_begin()/_wait()): a round commits, starts a new
  * epoch, drops the lock, fdatasyncs the WAL through a descriptor of our
@@ -300,6 +303,12 @@ struct meta {
 	int ckpt_wanted;
 	int ckpt_mark; /* WAL frames when it was last woken */
 	sqlite3 *ckpt_db;
+	/* a commit past META_CKPT_INLINE_FRAMES waits, with the lock held,
+	 * for the checkpoint in flight (which holds SQLite's checkpoint
+	 * lock, so its own would be BUSY and the WAL would go on growing) */
+	pthread_mutex_t ckpt_run_lock;	 /* taken after lock, never before */
+	pthread_cond_t ckpt_idle;	 /* ckpt_running went to 0 */
+	int ckpt_running;		 /* protected by ckpt_run_lock */
 	uint64_t ckpts_bg, ckpts_inline; /* run so far: meta_checkpoints() */
 
 	struct meta_config cfg; /* cfg.path points at path */
@@ -343,22 +352,32 @@ __attribute__((format(printf, 1, 2))) static void meta_log(const char *fmt, ...)
 	va_end(ap);
 }
 
-static void lock(struct meta *m)
+static void mutex_lock(pthread_mutex_t *mu)
 {
-	int rc = pthread_mutex_lock(&m->lock);
+	int rc = pthread_mutex_lock(mu);
 	if (rc) {
 		meta_log("pthread_mutex_lock: %s", strerror(rc));
 		abort();
 	}
 }
 
-static void unlock(struct meta *m)
+static void mutex_unlock(pthread_mutex_t *mu)
 {
-	int rc = pthread_mutex_unlock(&m->lock);
+	int rc = pthread_mutex_unlock(mu);
 	if (rc) {
 		meta_log("pthread_mutex_unlock: %s", strerror(rc));
 		abort();
 	}
+}
+
+static void lock(struct meta *m)
+{
+	mutex_lock(&m->lock);
+}
+
+static void unlock(struct meta *m)
+{
+	mutex_unlock(&m->lock);
 }
 
 static struct timespec now_realtime(void)
@@ -1467,6 +1486,30 @@ static void *syncer_main(void *arg)
 	return NULL;
 }
 
+/* Sets ckpt_running; 0 wakes the commits waiting for it. */
+static void ckpter_set_running(struct meta *m, int running)
+{
+	mutex_lock(&m->ckpt_run_lock);
+	m->ckpt_running = running;
+	if (!running && pthread_cond_broadcast(&m->ckpt_idle) != 0)
+		meta_log("pthread_cond_broadcast failed");
+	mutex_unlock(&m->ckpt_run_lock);
+}
+
+/* With the lock held: returns once no background checkpoint runs, and
+ * none starts before the lock is dropped (the checkpointer takes the
+ * lock to start one). */
+static void ckpter_wait_idle(struct meta *m)
+{
+	mutex_lock(&m->ckpt_run_lock);
+	while (m->ckpt_running) {
+		int rc = pthread_cond_wait(&m->ckpt_idle, &m->ckpt_run_lock);
+		if (rc)
+			meta_log("pthread_cond_wait: %s", strerror(rc));
+	}
+	mutex_unlock(&m->ckpt_run_lock);
+}
+
 /* The WAL hook (on the main connection, so with the lock held): after a
  * commit that leaves frames in the WAL. Replaces SQLite's automatic
  * checkpoint. */
@@ -1487,6 +1530,8 @@ static int on_wal_commit(void *arg, sqlite3 *db, const char *name, int frames)
 		return SQLITE_OK;
 	}
 	m->ckpt_mark = 0;
+	if (m->has_ckpter)
+		ckpter_wait_idle(m);
 	int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE,
 					   NULL, NULL);
 	if (rc == SQLITE_OK)
@@ -1508,6 +1553,7 @@ static void *ckpter_main(void *arg)
 			continue;
 		}
 		m->ckpt_wanted = 0;
+		ckpter_set_running(m, 1);
 		unlock(m);
 		int rc = sqlite3_wal_checkpoint_v2(m->ckpt_db, NULL,
 						   SQLITE_CHECKPOINT_PASSIVE,
@@ -1515,6 +1561,7 @@ static void *ckpter_main(void *arg)
 		if (rc != SQLITE_OK && rc != SQLITE_BUSY)
 			meta_log("%s: checkpoint: %s", m->path,
 				 sqlite3_errmsg(m->ckpt_db));
+		ckpter_set_running(m, 0);
 		lock(m);
 		if (rc == SQLITE_OK)
 			m->ckpts_bg++;
@@ -2123,8 +2170,11 @@ int meta_open(const struct meta_config *cfg, struct meta **out)
 	m->walfd = -1;
 	if (pthread_cond_init(&m->sync_cond, NULL) != 0 ||
 	    pthread_cond_init(&m->synced, NULL) != 0 ||
-	    pthread_cond_init(&m->ckpt_cond, NULL) != 0) {
-		rc = -ENOMEM; /* (conditions without attributes: never fails) */
+	    pthread_cond_init(&m->ckpt_cond, NULL) != 0 ||
+	    pthread_cond_init(&m->ckpt_idle, NULL) != 0 ||
+	    pthread_mutex_init(&m->ckpt_run_lock, NULL) != 0) {
+		/* (without attributes: never fails) */
+		rc = -ENOMEM;
 		goto fail_4;
 	}
 	if (htab_init(&m->inodes) || htab_init(&m->dnames) ||
@@ -2178,7 +2228,9 @@ fail_4:
 	if (pthread_cond_destroy(&m->cond) != 0 ||
 	    pthread_cond_destroy(&m->sync_cond) != 0 ||
 	    pthread_cond_destroy(&m->synced) != 0 ||
-	    pthread_cond_destroy(&m->ckpt_cond) != 0)
+	    pthread_cond_destroy(&m->ckpt_cond) != 0 ||
+	    pthread_cond_destroy(&m->ckpt_idle) != 0 ||
+	    pthread_mutex_destroy(&m->ckpt_run_lock) != 0)
 		meta_log("pthread_cond_destroy failed");
 fail_3:
 	if (pthread_mutex_destroy(&m->lock) != 0)
@@ -2210,6 +2262,8 @@ void meta_close(struct meta *m)
 	    pthread_cond_destroy(&m->sync_cond) != 0 ||
 	    pthread_cond_destroy(&m->synced) != 0 ||
 	    pthread_cond_destroy(&m->ckpt_cond) != 0 ||
+	    pthread_cond_destroy(&m->ckpt_idle) != 0 ||
+	    pthread_mutex_destroy(&m->ckpt_run_lock) != 0 ||
 	    pthread_mutex_destroy(&m->lock) != 0)
 		meta_log("destroying the lock failed");
 	free(m->path);

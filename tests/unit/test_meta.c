@@ -39,7 +39,10 @@ struct fixture {
 	char dir[64];
 	char path[96];
 	struct meta *m;
+	struct slow_vfs *slow; /* owned; the default VFS while set */
 };
+
+static void slow_vfs_remove(struct fixture *f);
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -86,6 +89,8 @@ static int teardown(void **state)
 	if (f->m)
 		assert_int_equal(meta_check(f->m), 0);
 	meta_close(f->m);
+	if (f->slow)
+		slow_vfs_remove(f);
 	remove_db(f->path);
 	rmdir(f->dir);
 	free(f);
@@ -319,6 +324,165 @@ static void sleep_ms(long ms)
 {
 	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 	nanosleep(&ts, NULL);
+}
+
+/* A VFS over the default one whose fsyncs take sync_ms: a loaded disk,
+ * on which a checkpoint (two fsyncs) runs long. Made the default while
+ * a test runs, so every connection the store opens goes through it. */
+struct slow_vfs {
+	sqlite3_vfs vfs; /* first: SQLite hands back this pointer */
+	sqlite3_vfs *real;
+	long sync_ms;
+};
+
+struct slow_file {
+	sqlite3_file base;
+	struct slow_vfs *sv;
+	sqlite3_file *real; /* the default VFS's file, right after this */
+};
+
+#define REAL(file) (((struct slow_file *)(file))->real)
+
+static int sf_close(sqlite3_file *f)
+{
+	return REAL(f)->pMethods->xClose(REAL(f));
+}
+
+static int sf_read(sqlite3_file *f, void *buf, int n, sqlite3_int64 off)
+{
+	return REAL(f)->pMethods->xRead(REAL(f), buf, n, off);
+}
+
+static int sf_write(sqlite3_file *f, const void *buf, int n, sqlite3_int64 off)
+{
+	return REAL(f)->pMethods->xWrite(REAL(f), buf, n, off);
+}
+
+static int sf_truncate(sqlite3_file *f, sqlite3_int64 size)
+{
+	return REAL(f)->pMethods->xTruncate(REAL(f), size);
+}
+
+static int sf_sync(sqlite3_file *f, int flags)
+{
+	sleep_ms(((struct slow_file *)f)->sv->sync_ms);
+	return REAL(f)->pMethods->xSync(REAL(f), flags);
+}
+
+static int sf_file_size(sqlite3_file *f, sqlite3_int64 *size)
+{
+	return REAL(f)->pMethods->xFileSize(REAL(f), size);
+}
+
+static int sf_lock(sqlite3_file *f, int level)
+{
+	return REAL(f)->pMethods->xLock(REAL(f), level);
+}
+
+static int sf_unlock(sqlite3_file *f, int level)
+{
+	return REAL(f)->pMethods->xUnlock(REAL(f), level);
+}
+
+static int sf_check_reserved(sqlite3_file *f, int *out)
+{
+	return REAL(f)->pMethods->xCheckReservedLock(REAL(f), out);
+}
+
+static int sf_file_control(sqlite3_file *f, int op, void *arg)
+{
+	return REAL(f)->pMethods->xFileControl(REAL(f), op, arg);
+}
+
+static int sf_sector_size(sqlite3_file *f)
+{
+	return REAL(f)->pMethods->xSectorSize(REAL(f));
+}
+
+static int sf_device_chars(sqlite3_file *f)
+{
+	return REAL(f)->pMethods->xDeviceCharacteristics(REAL(f));
+}
+
+static int sf_shm_map(sqlite3_file *f, int region, int size, int extend,
+		      void volatile **out)
+{
+	return REAL(f)->pMethods->xShmMap(REAL(f), region, size, extend, out);
+}
+
+static int sf_shm_lock(sqlite3_file *f, int offset, int n, int flags)
+{
+	return REAL(f)->pMethods->xShmLock(REAL(f), offset, n, flags);
+}
+
+static void sf_shm_barrier(sqlite3_file *f)
+{
+	REAL(f)->pMethods->xShmBarrier(REAL(f));
+}
+
+static int sf_shm_unmap(sqlite3_file *f, int delete_flag)
+{
+	return REAL(f)->pMethods->xShmUnmap(REAL(f), delete_flag);
+}
+
+/* version 2: no xFetch, so SQLite does not memory-map through us */
+static const sqlite3_io_methods slow_file_methods = {
+	2,
+	sf_close,
+	sf_read,
+	sf_write,
+	sf_truncate,
+	sf_sync,
+	sf_file_size,
+	sf_lock,
+	sf_unlock,
+	sf_check_reserved,
+	sf_file_control,
+	sf_sector_size,
+	sf_device_chars,
+	sf_shm_map,
+	sf_shm_lock,
+	sf_shm_barrier,
+	sf_shm_unmap,
+};
+
+static int sv_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f,
+		   int flags, int *out_flags)
+{
+	struct slow_vfs *sv = (struct slow_vfs *)vfs;
+	struct slow_file *sf = (struct slow_file *)f;
+	sf->sv = sv;
+	sf->real = (sqlite3_file *)(sf + 1);
+	int rc = sv->real->xOpen(sv->real, name, sf->real, flags, out_flags);
+	f->pMethods = sf->real->pMethods ? &slow_file_methods : NULL;
+	return rc;
+}
+
+static void slow_vfs_install(struct fixture *f, long sync_ms)
+{
+	struct slow_vfs *sv = calloc(1, sizeof(*sv));
+	assert_non_null(sv);
+	sv->real = sqlite3_vfs_find(NULL);
+	assert_non_null(sv->real);
+	sv->vfs = *sv->real;
+	sv->vfs.iVersion = 1; /* no xSetSystemCall: it is the real VFS's */
+	sv->vfs.zName = "tierfs-test-slow";
+	sv->vfs.szOsFile = (int)sizeof(struct slow_file) + sv->real->szOsFile;
+	sv->vfs.xOpen = sv_open;
+	sv->vfs.pNext = NULL;
+	sv->sync_ms = sync_ms;
+	assert_int_equal(sqlite3_vfs_register(&sv->vfs, 1), SQLITE_OK);
+	f->slow = sv;
+}
+
+/* After every connection through it is closed. */
+static void slow_vfs_remove(struct fixture *f)
+{
+	struct slow_vfs *sv = f->slow;
+	assert_int_equal(sqlite3_vfs_register(sv->real, 1), SQLITE_OK);
+	assert_int_equal(sqlite3_vfs_unregister(&sv->vfs), SQLITE_OK);
+	free(sv);
+	f->slow = NULL;
 }
 
 /* ---- open --------------------------------------------------------------- */
@@ -2386,6 +2550,33 @@ static void test_the_wal_is_copied_back_by_the_checkpointer(void **state)
 	assert_int_equal(meta_lookup(f->m, ROOT, "f0000", &a), 0);
 }
 
+/* On a loaded disk a checkpoint's fsyncs take long, and commits go on
+ * meanwhile; the commit past META_CKPT_INLINE_FRAMES still bounds the
+ * WAL (it had grown past 12,000 frames under CI load). */
+static void
+test_the_wal_stays_bounded_while_a_checkpoint_runs_long(void **state)
+{
+	struct fixture *f = *state;
+	slow_vfs_install(f, 100);
+	struct meta *m = open_lazy(f, 600000); /* a commit per change */
+	char wal[128], name[32];
+	snprintf(wal, sizeof(wal), "%s-wal", f->path);
+	uint64_t bg = 0, inl = 0;
+	for (int i = 0; i < 6000; i++) {
+		snprintf(name, sizeof(name), "f%04d", i);
+		mkfile(m, ROOT, name);
+	}
+	meta_checkpoints(m, &bg, &inl);
+	assert_true(bg >= 1);
+	assert_true(file_size(wal) < (off_t)9000 * 4120);
+	meta_close(f->m);
+	f->m = NULL;
+	slow_vfs_remove(f);
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	struct meta_attr a;
+	assert_int_equal(meta_lookup(f->m, ROOT, "f5999", &a), 0);
+}
+
 static int64_t mode_row(struct fixture *f, uint64_t ino)
 {
 	return peek_inode(f->path, ino, "mode");
@@ -2860,6 +3051,7 @@ int main(void)
 		T(test_a_lazy_mtime_is_committed_by_the_timer),
 		T(test_a_lazy_change_goes_with_the_next_eager_one),
 		T(test_the_wal_is_copied_back_by_the_checkpointer),
+		T(test_the_wal_stays_bounded_while_a_checkpoint_runs_long),
 		T(test_an_orphans_last_forget_goes_with_the_next_commit),
 		T(test_an_orphans_times_wait_and_leave_it_clean),
 		T(test_an_orphan_lost_with_its_lazy_forget_is_gone_after),
