@@ -74,7 +74,10 @@
  * a store, so generation stays 0. Directory positions are dentry cookies
  * from meta.next_cookie, strictly increasing, so a directory's entries,
  * kept in cookie order, only ever grow at the tail; a renamed entry gets a
- * new cookie. Both counters are written at each commit.
+ * new cookie. Both are stored ahead of what was handed out, by
+ * META_COUNTER_CHUNK (counters_take()): storing them is two pages of the
+ * meta table, a quarter of a create's WAL frames, so a commit stores them
+ * once a chunk, and a reopen skips what was left of the chunk.
  *
  * change_seq counts the changes to an inode (every mutation that touches it,
  * meta_set_dirty() included); bookkeeping by the uploader
@@ -127,6 +130,8 @@
  * commit checkpoints itself (the checkpointer cannot keep up) */
 #define META_CKPT_FRAMES 1000
 #define META_CKPT_INLINE_FRAMES 8000
+/* numbers reserved at a time (see Numbers) */
+#define META_COUNTER_CHUNK 1024
 #define META_XATTR_NAME_MAX 255
 #define META_XATTR_SIZE_MAX 65536
 #define META_SYMLINK_MAX 4095
@@ -322,7 +327,7 @@ struct meta {
 	 * only then does a lazy change need to wake it */
 	int committer_idle;
 	struct timespec txn_start; /* CLOCK_MONOTONIC, when BEGIN ran */
-	int counters_dirty;	   /* next_ino/next_cookie to write */
+	int counters_dirty;	   /* *_stored to write */
 	int unsynced;		   /* commits since the last fsync'ed one */
 	/* a change is stamped with sync_epoch (struct inode's sync_all,
 	 * sync_data); each fsync of the WAL starts a new epoch, and once it
@@ -335,6 +340,9 @@ struct meta {
 	struct htab dnames;   /* struct dentry, by (parent, name) */
 	struct htab dcookies; /* struct dentry, by cookie */
 	uint64_t next_ino, next_cookie;
+	/* what the meta table holds, or will at the next commit
+	 * (counters_dirty): never below next_ino, next_cookie */
+	uint64_t ino_stored, cookie_stored;
 	uint64_t bytes;	  /* sum of regular files' sizes */
 	uint64_t ninodes; /* inodes in the table, orphans included */
 	unsigned long check_tick;
@@ -1127,8 +1135,22 @@ static int txn_begin(struct meta *m)
 
 static int txn_write_counters(struct meta *m)
 {
-	int rc = db_kv_put(m, "next_ino", m->next_ino);
-	return rc ? rc : db_kv_put(m, "next_cookie", m->next_cookie);
+	int rc = db_kv_put(m, "next_ino", m->ino_stored);
+	return rc ? rc : db_kv_put(m, "next_cookie", m->cookie_stored);
+}
+
+/* After a change that took the next cookie (and inode number: ino), in
+ * the transaction that commits it: reserves the next chunk once the
+ * stored counters no longer cover what was handed out. */
+static void counters_take(struct meta *m, int ino)
+{
+	m->next_ino += ino != 0;
+	m->next_cookie++;
+	if (m->next_ino <= m->ino_stored && m->next_cookie <= m->cookie_stored)
+		return;
+	m->ino_stored = m->next_ino + META_COUNTER_CHUNK;
+	m->cookie_stored = m->next_cookie + META_COUNTER_CHUNK;
+	m->counters_dirty = 1;
 }
 
 /* fsyncs the WAL, which holds every commit made so far (each one's frames
@@ -2103,6 +2125,8 @@ static int load(struct meta *m)
 		meta_log("%s: the stored tree is inconsistent", m->path);
 		return -EIO;
 	}
+	m->ino_stored = m->next_ino; /* the table covers every number below */
+	m->cookie_stored = m->next_cookie;
 	if (m->cfg.adopt_kernel_refs)
 		for (size_t b = 0; b <= m->inodes.mask; b++)
 			for (struct hnode *h = m->inodes.b[b]; h; h = h->next)
@@ -2922,9 +2946,7 @@ int meta_create(struct meta *m, uint64_t parent, const char *name,
 	rc = op_end(m, &op, rc);
 	if (rc)
 		goto fail;
-	m->next_ino++;
-	m->next_cookie++;
-	m->counters_dirty = 1;
+	counters_take(m, 1);
 	inode_attach(m, in);
 	dentry_attach(m, d);
 	if (out)
@@ -2987,8 +3009,7 @@ int meta_link(struct meta *m, uint64_t ino, uint64_t parent, const char *name,
 		free(d);
 		return rc;
 	}
-	m->next_cookie++;
-	m->counters_dirty = 1;
+	counters_take(m, 0);
 	dentry_attach(m, d);
 	if (out)
 		*out = in->a;
@@ -3188,8 +3209,7 @@ static int rename_move(struct meta *m, struct op *op, struct dentry *s,
 	}
 	dentry_detach(m, s);
 	free(s);
-	m->next_cookie++;
-	m->counters_dirty = 1;
+	counters_take(m, 0);
 	dentry_attach(m, nd);
 	return 0;
 }

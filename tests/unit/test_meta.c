@@ -725,10 +725,10 @@ static void test_failed_write_rolls_back_memory_and_file(void **state)
 	uint64_t d = mkdir_(f->m, ROOT, "d");
 	uint64_t file = mkfile(f->m, ROOT, "f");
 	assert_int_equal(meta_commit(f->m), 0);
-	/* a row behind the store's back takes the next cookie, so the next
-	 * dentry insert fails inside its savepoint */
-	int64_t cookie =
-		peek(f->path, "SELECT value FROM meta WHERE key='next_cookie'");
+	/* a row behind the store's back takes the next cookie (nothing was
+	 * removed: the one after the highest), so the next dentry insert
+	 * fails inside its savepoint */
+	int64_t cookie = peek(f->path, "SELECT max(cookie) + 1 FROM dentries");
 	char sql[128];
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO dentries VALUES(777, 'blocker', 777, %" PRId64
@@ -899,6 +899,39 @@ static void test_inode_numbers_are_never_reused(void **state)
 	reopen(f, SLOW_INTERVAL_MS);
 	uint64_t d = mkfile(f->m, ROOT, "d");
 	assert_true(d > c);
+}
+
+/* The stored counters run ahead of the numbers handed out, so a create
+ * does not rewrite them (two pages of its WAL frames) but once a chunk;
+ * every number handed out stays below them. */
+static void test_counters_are_stored_a_chunk_ahead(void **state)
+{
+	struct fixture *f = *state;
+	const char *ino_sql = "SELECT value FROM meta WHERE key='next_ino'";
+	const char *ck_sql = "SELECT value FROM meta WHERE key='next_cookie'";
+	char name[32];
+	uint64_t last = mkfile(f->m, ROOT, "first");
+	assert_int_equal(meta_commit(f->m), 0);
+	int64_t ino0 = peek(f->path, ino_sql), ck0 = peek(f->path, ck_sql);
+	assert_true(ino0 > (int64_t)last + 100);
+	for (int i = 0; i < 100; i++) {
+		snprintf(name, sizeof(name), "f%03d", i);
+		last = mkfile(f->m, ROOT, name);
+		assert_int_equal(meta_commit(f->m), 0);
+	}
+	assert_int_equal(peek(f->path, ino_sql), ino0);
+	assert_int_equal(peek(f->path, ck_sql), ck0);
+	assert_true((int64_t)last < ino0);
+	/* past the chunk: the next one is stored with the create */
+	while ((int64_t)last < ino0) {
+		snprintf(name, sizeof(name), "g%" PRIu64, last);
+		last = mkfile(f->m, ROOT, name);
+	}
+	assert_int_equal(meta_commit(f->m), 0);
+	assert_true(peek(f->path, ino_sql) > (int64_t)last);
+	assert_true(peek(f->path, ck_sql) >
+		    peek(f->path, "SELECT max(cookie) FROM dentries"));
+	assert_int_equal(meta_check(f->m), 0);
 }
 
 static void test_create_in_removed_directory_is_enoent(void **state)
@@ -2993,6 +3026,7 @@ int main(void)
 		T(test_lookup_errors),
 		T(test_mkdir_counts_subdirectories_in_parent_nlink),
 		T(test_inode_numbers_are_never_reused),
+		T(test_counters_are_stored_a_chunk_ahead),
 		T(test_create_in_removed_directory_is_enoent),
 		T(test_symlink_stores_target_and_readlink_returns_it),
 		T(test_link_adds_a_name_and_bumps_nlink_and_ctime),
