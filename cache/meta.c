@@ -260,6 +260,26 @@ static const char *const stmt_sql[ST_COUNT] = {
 	[ST_OUTBOX_HAS] = "SELECT 1 FROM outbox WHERE key = ?1 LIMIT 1",
 };
 
+/* Keyed by cookie: a new entry is appended, and the load reads them in
+ * cookie order without an index; the one index finds (parent, name). A
+ * change of a name writes a page of each: two of its WAL frames. */
+#define DENTRIES_COLUMNS                                                       \
+	"(parent INTEGER NOT NULL, name TEXT NOT NULL, ino INTEGER NOT NULL,"  \
+	" cookie INTEGER PRIMARY KEY, UNIQUE(parent, name));"
+
+/* Stores made by earlier builds keep dentries by rowid, with an index by
+ * name, one by cookie and one by inode that nothing reads: three more
+ * pages of WAL per change of a name. Opening one rebuilds the table, in
+ * one transaction; the format stays 1, since older builds read either. */
+static const char dentries_rebuild_sql[] =
+	"BEGIN IMMEDIATE;"
+	"CREATE TABLE dentries_new" DENTRIES_COLUMNS
+	"INSERT INTO dentries_new(parent, name, ino, cookie)"
+	" SELECT parent, name, ino, cookie FROM dentries ORDER BY cookie;"
+	"DROP TABLE dentries;"
+	"ALTER TABLE dentries_new RENAME TO dentries;"
+	"COMMIT;";
+
 static const char schema_sql[] =
 	"CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
 	"CREATE TABLE inodes(ino INTEGER PRIMARY KEY, mode INTEGER NOT NULL,"
@@ -270,10 +290,7 @@ static const char schema_sql[] =
 	" ctime_ns INTEGER NOT NULL, rdev INTEGER NOT NULL, target TEXT,"
 	" etag TEXT, dirty INTEGER NOT NULL, change_seq INTEGER NOT NULL,"
 	" generation INTEGER NOT NULL);"
-	"CREATE TABLE dentries(parent INTEGER NOT NULL, name TEXT NOT NULL,"
-	" ino INTEGER NOT NULL, cookie INTEGER NOT NULL UNIQUE,"
-	" PRIMARY KEY(parent, name));"
-	"CREATE INDEX dentries_ino ON dentries(ino);"
+	"CREATE TABLE dentries" DENTRIES_COLUMNS
 	"CREATE TABLE xattrs(ino INTEGER NOT NULL, name TEXT NOT NULL,"
 	" value BLOB NOT NULL, PRIMARY KEY(ino, name));"
 	/* S3 deletions owed, written with the unlink that made them */
@@ -1756,6 +1773,20 @@ static int db_open(struct meta *m)
 	}
 	rc = db_exec(m, "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;"
 			"PRAGMA foreign_keys=OFF");
+	int64_t keyed = 0;
+	if (!rc)
+		rc = db_query_int(
+			m,
+			"SELECT pk FROM pragma_table_info('dentries') "
+			"WHERE name = 'cookie'",
+			&keyed, &found);
+	if (!rc && !keyed) {
+		meta_log("%s: rebuilding the table of names (once)", m->path);
+		rc = db_exec(m, dentries_rebuild_sql);
+		if (rc && sqlite3_get_autocommit(m->db) == 0 &&
+		    db_exec(m, "ROLLBACK") != 0)
+			meta_log("%s: rollback of the rebuild failed", m->path);
+	}
 	if (rc)
 		goto fail;
 	for (int i = 0; i < ST_COUNT; i++)

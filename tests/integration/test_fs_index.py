@@ -400,13 +400,15 @@ def test_a_damaged_snapshot_is_refused_and_the_listing_loads_the_volume(
     if damage == "not-sqlite":
         snap = bytearray(b"this is no database " * 200)
     else:
-        # a leaf of an index no load reads (dentries by inode): only the
+        # a leaf of an index no load reads (dentries by name, their only
+        # one; the load reads them by cookie, the table's key): only the
         # snapshot's check finds it; the header still reads as SQLite
         path = tmp_path / "index.db"
         path.write_bytes(snap)
         con = sqlite3.connect(path)
-        pageno, = con.execute("SELECT pageno FROM dbstat WHERE name = "
-                              "'dentries_ino' AND pagetype = 'leaf'").fetchone()
+        pageno, = con.execute(
+            "SELECT pageno FROM dbstat WHERE name = (SELECT name FROM "
+            "pragma_index_list('dentries')) AND pagetype = 'leaf'").fetchone()
         page, = con.execute("PRAGMA page_size").fetchone()
         con.close()
         at = (pageno - 1) * page

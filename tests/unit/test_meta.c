@@ -518,8 +518,56 @@ static void test_store_file_is_wal_with_versioned_schema(void **state)
 			 1);
 	assert_int_equal(peek(f->path, "SELECT count(*) FROM sqlite_master "
 				       "WHERE name IN ('inodes', 'dentries', "
-				       "'xattrs', 'meta', 'dentries_ino')"),
+				       "'xattrs', 'meta', 'outbox')"),
 			 5);
+}
+
+/* Earlier builds kept dentries by rowid, with three indexes (one by
+ * inode that nothing read): three more pages of WAL per change of a name.
+ * Opening such a store rebuilds the table, keyed by cookie, and keeps
+ * every entry and its place in its directory. */
+static void test_open_rebuilds_a_store_of_the_earlier_shape(void **state)
+{
+	struct fixture *f = *state;
+	const char *keyed = "SELECT pk FROM pragma_table_info('dentries') "
+			    "WHERE name = 'cookie'";
+	const char *indexes = "SELECT count(*) FROM sqlite_master WHERE type = "
+			      "'index' AND tbl_name = 'dentries'";
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	mkfile(f->m, d, "a");
+	mkfile(f->m, d, "b");
+	assert_int_equal(meta_rename(f->m, d, "a", d, "c", 0, NULL), 0);
+	char *before = dump(f->m);
+	meta_close(f->m);
+	f->m = NULL;
+	assert_int_equal(peek(f->path, keyed), 1);
+	assert_int_equal(peek(f->path, indexes), 1);
+	exec_rw(f->path,
+		"BEGIN;"
+		"CREATE TABLE old(parent INTEGER NOT NULL, name TEXT NOT NULL,"
+		" ino INTEGER NOT NULL, cookie INTEGER NOT NULL UNIQUE,"
+		" PRIMARY KEY(parent, name));"
+		"INSERT INTO old SELECT parent, name, ino, cookie FROM dentries;"
+		"DROP TABLE dentries;"
+		"ALTER TABLE old RENAME TO dentries;"
+		"CREATE INDEX dentries_ino ON dentries(ino);"
+		"COMMIT;");
+	assert_int_equal(peek(f->path, keyed), 0);
+	assert_int_equal(peek(f->path, indexes), 3);
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	assert_int_equal(peek(f->path, keyed), 1);
+	assert_int_equal(peek(f->path, indexes), 1);
+	char *after = dump(f->m);
+	assert_string_equal(before, after);
+	free(after);
+	/* and it goes on working, through a reopen */
+	mkfile(f->m, d, "e");
+	reopen(f, SLOW_INTERVAL_MS);
+	after = dump(f->m);
+	assert_true(strlen(after) > strlen(before));
+	assert_true(lookup_ino(f->m, d, "e") > d);
+	free(before);
+	free(after);
 }
 
 static void test_open_rejects_a_foreign_sqlite_file(void **state)
@@ -3008,6 +3056,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_new_store_has_root_directory_from_config),
 		T(test_store_file_is_wal_with_versioned_schema),
+		T(test_open_rebuilds_a_store_of_the_earlier_shape),
 		T(test_open_rejects_a_foreign_sqlite_file),
 		T(test_open_rejects_a_file_that_is_not_sqlite),
 		T(test_open_rejects_an_unknown_format_version),
