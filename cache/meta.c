@@ -1781,11 +1781,17 @@ static int db_open(struct meta *m)
 			"WHERE name = 'cookie'",
 			&keyed, &found);
 	if (!rc && !keyed) {
+		/* every statement works on either shape: a rebuild that
+		 * fails (a full disk) leaves the store as it was, usable */
 		meta_log("%s: rebuilding the table of names (once)", m->path);
-		rc = db_exec(m, dentries_rebuild_sql);
-		if (rc && sqlite3_get_autocommit(m->db) == 0 &&
-		    db_exec(m, "ROLLBACK") != 0)
-			meta_log("%s: rollback of the rebuild failed", m->path);
+		if (db_exec(m, dentries_rebuild_sql) != 0) {
+			if (sqlite3_get_autocommit(m->db) == 0)
+				rc = db_exec(m, "ROLLBACK");
+			meta_log(
+				"%s: kept the earlier table of names; the next "
+				"open tries again",
+				m->path);
+		}
 	}
 	if (rc)
 		goto fail;

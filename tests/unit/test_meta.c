@@ -570,6 +570,49 @@ static void test_open_rebuilds_a_store_of_the_earlier_shape(void **state)
 	free(after);
 }
 
+/* A rebuild that fails (here the name it builds under is taken; on a
+ * node, a full disk) leaves the earlier shape, which works: the store
+ * opens, and the next open tries again. */
+static void test_a_failed_rebuild_keeps_the_earlier_shape_working(void **state)
+{
+	struct fixture *f = *state;
+	const char *keyed = "SELECT pk FROM pragma_table_info('dentries') "
+			    "WHERE name = 'cookie'";
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	mkfile(f->m, d, "a");
+	meta_close(f->m);
+	f->m = NULL;
+	exec_rw(f->path,
+		"BEGIN;"
+		"CREATE TABLE old(parent INTEGER NOT NULL, name TEXT NOT NULL,"
+		" ino INTEGER NOT NULL, cookie INTEGER NOT NULL UNIQUE,"
+		" PRIMARY KEY(parent, name));"
+		"INSERT INTO old SELECT parent, name, ino, cookie FROM dentries;"
+		"DROP TABLE dentries;"
+		"ALTER TABLE old RENAME TO dentries;"
+		"CREATE TABLE dentries_new(x);"
+		"COMMIT;");
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	assert_int_equal(peek(f->path, keyed), 0);
+	assert_true(lookup_ino(f->m, d, "a") > d);
+	uint64_t b = mkfile(f->m, d, "b");
+	assert_int_equal(meta_rename(f->m, d, "a", d, "c", 0, NULL), 0);
+	assert_int_equal(meta_unlink(f->m, d, "b", 0, NULL), 0);
+	char *before = dump(f->m);
+	meta_close(f->m);
+	f->m = NULL;
+	exec_rw(f->path, "DROP TABLE dentries_new");
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	assert_int_equal(peek(f->path, keyed), 1);
+	char *after = dump(f->m);
+	assert_string_equal(before, after);
+	assert_int_equal(lookup_ino(f->m, d, "b"), 0);
+	assert_true(lookup_ino(f->m, d, "c") > d &&
+		    lookup_ino(f->m, d, "c") < b);
+	free(before);
+	free(after);
+}
+
 static void test_open_rejects_a_foreign_sqlite_file(void **state)
 {
 	struct fixture *f = *state;
@@ -3057,6 +3100,7 @@ int main(void)
 		T(test_new_store_has_root_directory_from_config),
 		T(test_store_file_is_wal_with_versioned_schema),
 		T(test_open_rebuilds_a_store_of_the_earlier_shape),
+		T(test_a_failed_rebuild_keeps_the_earlier_shape_working),
 		T(test_open_rejects_a_foreign_sqlite_file),
 		T(test_open_rejects_a_file_that_is_not_sqlite),
 		T(test_open_rejects_an_unknown_format_version),
