@@ -522,27 +522,22 @@ static void test_store_file_is_wal_with_versioned_schema(void **state)
 			 5);
 }
 
-/* Earlier builds kept dentries by rowid, with three indexes (one by
- * inode that nothing read): three more pages of WAL per change of a name.
- * Opening such a store rebuilds the table, keyed by cookie, and keeps
- * every entry and its place in its directory. */
-static void test_open_rebuilds_a_store_of_the_earlier_shape(void **state)
+/* Whether the table of names is keyed by cookie (this build's shape). */
+static int64_t dentries_keyed(const char *path)
 {
-	struct fixture *f = *state;
-	const char *keyed = "SELECT pk FROM pragma_table_info('dentries') "
-			    "WHERE name = 'cookie'";
-	const char *indexes = "SELECT count(*) FROM sqlite_master WHERE type = "
-			      "'index' AND tbl_name = 'dentries'";
-	uint64_t d = mkdir_(f->m, ROOT, "d");
-	mkfile(f->m, d, "a");
-	mkfile(f->m, d, "b");
-	assert_int_equal(meta_rename(f->m, d, "a", d, "c", 0, NULL), 0);
-	char *before = dump(f->m);
+	return peek(path, "SELECT pk FROM pragma_table_info('dentries') "
+			  "WHERE name = 'cookie'");
+}
+
+/* Closes the store and gives its table of names the shape earlier builds
+ * made; extra: more SQL for the same transaction. */
+static void to_earlier_shape(struct fixture *f, const char *extra)
+{
+	char sql[640];
 	meta_close(f->m);
 	f->m = NULL;
-	assert_int_equal(peek(f->path, keyed), 1);
-	assert_int_equal(peek(f->path, indexes), 1);
-	exec_rw(f->path,
+	snprintf(
+		sql, sizeof(sql),
 		"BEGIN;"
 		"CREATE TABLE old(parent INTEGER NOT NULL, name TEXT NOT NULL,"
 		" ino INTEGER NOT NULL, cookie INTEGER NOT NULL UNIQUE,"
@@ -550,12 +545,33 @@ static void test_open_rebuilds_a_store_of_the_earlier_shape(void **state)
 		"INSERT INTO old SELECT parent, name, ino, cookie FROM dentries;"
 		"DROP TABLE dentries;"
 		"ALTER TABLE old RENAME TO dentries;"
-		"CREATE INDEX dentries_ino ON dentries(ino);"
-		"COMMIT;");
-	assert_int_equal(peek(f->path, keyed), 0);
+		"%s"
+		"COMMIT;",
+		extra);
+	exec_rw(f->path, sql);
+	assert_int_equal(dentries_keyed(f->path), 0);
+}
+
+/* Earlier builds kept dentries by rowid, with three indexes (one by
+ * inode that nothing read): three more pages of WAL per change of a name.
+ * Opening such a store rebuilds the table, keyed by cookie, and keeps
+ * every entry and its place in its directory. */
+static void test_open_rebuilds_a_store_of_the_earlier_shape(void **state)
+{
+	struct fixture *f = *state;
+	const char *indexes = "SELECT count(*) FROM sqlite_master WHERE type = "
+			      "'index' AND tbl_name = 'dentries'";
+	uint64_t d = mkdir_(f->m, ROOT, "d");
+	mkfile(f->m, d, "a");
+	mkfile(f->m, d, "b");
+	assert_int_equal(meta_rename(f->m, d, "a", d, "c", 0, NULL), 0);
+	char *before = dump(f->m);
+	assert_int_equal(dentries_keyed(f->path), 1);
+	assert_int_equal(peek(f->path, indexes), 1);
+	to_earlier_shape(f, "CREATE INDEX dentries_ino ON dentries(ino);");
 	assert_int_equal(peek(f->path, indexes), 3);
 	f->m = open_store(f, SLOW_INTERVAL_MS);
-	assert_int_equal(peek(f->path, keyed), 1);
+	assert_int_equal(dentries_keyed(f->path), 1);
 	assert_int_equal(peek(f->path, indexes), 1);
 	char *after = dump(f->m);
 	assert_string_equal(before, after);
@@ -576,24 +592,11 @@ static void test_open_rebuilds_a_store_of_the_earlier_shape(void **state)
 static void test_a_failed_rebuild_keeps_the_earlier_shape_working(void **state)
 {
 	struct fixture *f = *state;
-	const char *keyed = "SELECT pk FROM pragma_table_info('dentries') "
-			    "WHERE name = 'cookie'";
 	uint64_t d = mkdir_(f->m, ROOT, "d");
 	mkfile(f->m, d, "a");
-	meta_close(f->m);
-	f->m = NULL;
-	exec_rw(f->path,
-		"BEGIN;"
-		"CREATE TABLE old(parent INTEGER NOT NULL, name TEXT NOT NULL,"
-		" ino INTEGER NOT NULL, cookie INTEGER NOT NULL UNIQUE,"
-		" PRIMARY KEY(parent, name));"
-		"INSERT INTO old SELECT parent, name, ino, cookie FROM dentries;"
-		"DROP TABLE dentries;"
-		"ALTER TABLE old RENAME TO dentries;"
-		"CREATE TABLE dentries_new(x);"
-		"COMMIT;");
+	to_earlier_shape(f, "CREATE TABLE dentries_new(x);");
 	f->m = open_store(f, SLOW_INTERVAL_MS);
-	assert_int_equal(peek(f->path, keyed), 0);
+	assert_int_equal(dentries_keyed(f->path), 0);
 	assert_true(lookup_ino(f->m, d, "a") > d);
 	uint64_t b = mkfile(f->m, d, "b");
 	assert_int_equal(meta_rename(f->m, d, "a", d, "c", 0, NULL), 0);
@@ -603,7 +606,7 @@ static void test_a_failed_rebuild_keeps_the_earlier_shape_working(void **state)
 	f->m = NULL;
 	exec_rw(f->path, "DROP TABLE dentries_new");
 	f->m = open_store(f, SLOW_INTERVAL_MS);
-	assert_int_equal(peek(f->path, keyed), 1);
+	assert_int_equal(dentries_keyed(f->path), 1);
 	char *after = dump(f->m);
 	assert_string_equal(before, after);
 	assert_int_equal(lookup_ino(f->m, d, "b"), 0);
