@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "../s3/buf.h"
+#include "acl.h"
 #include "serve.h"
 
 #define XATTR_LIST_MAX_BYTES 65536
@@ -1446,6 +1447,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_background = FS_MAX_BACKGROUND;
 	conn->congestion_threshold = FS_MAX_BACKGROUND * 3 / 4;
 	fs->kernel_opendir = (conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT) != 0;
+	/* ACLs enforced by the kernel, as on a local disk; without
+	 * DONT_MASK the kernel would apply the umask where a default ACL
+	 * must replace it */
+	if ((conn->capable & FUSE_CAP_POSIX_ACL) &&
+	    (conn->capable & FUSE_CAP_DONT_MASK)) {
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+		fs->posix_acl = 1;
+	}
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -1518,6 +1527,35 @@ static int truncate_data(struct fs *fs, uint64_t ino, uint64_t old,
 	return rc;
 }
 
+/* The kernel sends no ACL larger than a page (E2BIG). */
+#define FS_ACL_MAX 4096
+
+/* ino's ACL xattr name into buf (FS_ACL_MAX bytes): its size; 0 when it
+ * has none, or one that is not a valid ACL (written by another tool: the
+ * kernel refuses to use it too); else -errno. */
+static ssize_t acl_load(struct fs *fs, uint64_t ino, const char *name,
+			unsigned char *buf)
+{
+	ssize_t n = meta_getxattr(fs->meta, ino, name, buf, FS_ACL_MAX);
+	if (n == -ENODATA || n == -ERANGE ||
+	    (n > 0 && acl_check(buf, (size_t)n) != 0))
+		return 0;
+	return n;
+}
+
+/* chmod of an inode with an access ACL rewrites the ACL's owner, group
+ * class and other entries to the new mode, as ext4 does. */
+static int acl_follow_mode(struct fs *fs, uint64_t ino, mode_t mode)
+{
+	unsigned char buf[FS_ACL_MAX];
+	ssize_t n = acl_load(fs, ino, ACL_XATTR_ACCESS, buf);
+	if (n <= 0)
+		return (int)n;
+	acl_chmod(buf, (size_t)n, mode);
+	return meta_setxattr(fs->meta, ino, ACL_XATTR_ACCESS, (char *)buf,
+			     (size_t)n, 0);
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		       int to_set, struct fuse_file_info *fi)
 {
@@ -1574,12 +1612,19 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	}
 	meta_batch_begin();
 	rc = meta_setattr(fs->meta, ino, mask, &in, &out);
+	/* a chmod the ACL did not follow still grants what the ACL says:
+	 * the caller hears of it */
+	int acl_rc = !rc && (mask & META_SET_MODE) && fs->posix_acl
+			     ? acl_follow_mode(fs, ino, in.mode)
+			     : 0;
 	space_give(fs, held);
 	if (!rc)
 		mark_dirty(fs, ino,
 			   (mask & META_SET_SIZE) ? META_DIRTY_DATA
 						  : META_DIRTY_ATTR);
 	meta_batch_end(fs->meta);
+	if (!rc)
+		rc = acl_rc;
 	if (rc)
 		goto fail;
 	to_stat(&out, &st);
@@ -1623,7 +1668,22 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 			       .ctime = now};
 	if (target)
 		in.size = strlen(target);
-	meta_batch_begin(); /* the node and its dirty flags: one commit */
+	/* with POSIX ACLs the kernel leaves the mode unmasked: the
+	 * directory's default ACL cuts it, or else the umask does */
+	unsigned char dacl[FS_ACL_MAX], aacl[FS_ACL_MAX];
+	ssize_t dn = 0;
+	int store_access = 0;
+	if (fs->posix_acl && !S_ISLNK(mode)) {
+		dn = acl_load(fs, parent, ACL_XATTR_DEFAULT, dacl);
+		if (dn < 0)
+			return (int)dn;
+		if (dn > 0) {
+			memcpy(aacl, dacl, (size_t)dn);
+			store_access = !acl_inherit(aacl, (size_t)dn, &in.mode);
+		} else
+			in.mode &= ~(ctx->umask & 0777);
+	}
+	meta_batch_begin(); /* the node, its ACLs, dirty flags: one commit */
 	rc = meta_create(fs->meta, parent, name, &in, target, out);
 	/* resent after a worker died: the create may be the dead worker's */
 	if (rc == -EEXIST && serve_request_resent() &&
@@ -1631,8 +1691,21 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	    (out->mode & S_IFMT) == (mode & S_IFMT))
 		rc = 0;
 	else if (rc == 0) {
-		mark_dirty(fs, out->ino, META_DIRTY_NAME);
-		mark_dirty(fs, parent, META_DIRTY_ATTR); /* its mtime */
+		if (store_access)
+			rc = meta_setxattr(fs->meta, out->ino, ACL_XATTR_ACCESS,
+					   (char *)aacl, (size_t)dn, 0);
+		if (!rc && dn > 0 && S_ISDIR(mode))
+			rc = meta_setxattr(fs->meta, out->ino,
+					   ACL_XATTR_DEFAULT, (char *)dacl,
+					   (size_t)dn, 0);
+		uint64_t gone;
+		if (rc) /* no node without the ACL that guards it */
+			(void)meta_unlink(fs->meta, parent, name, S_ISDIR(mode),
+					  &gone);
+		if (rc == 0) {
+			mark_dirty(fs, out->ino, META_DIRTY_NAME);
+			mark_dirty(fs, parent, META_DIRTY_ATTR); /* mtime */
+		}
 	}
 	meta_batch_end(fs->meta);
 	return rc;
@@ -2506,17 +2579,56 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/* Setting an access ACL sets the mode's permission bits to what it
+ * grants, and one a mode can say is kept as the mode alone (the kernel's
+ * posix_acl_update_mode(), which it leaves to us). A caller outside the
+ * file's group and without CAP_FSETID loses set-group-ID on the way. */
+static int set_access_acl(struct fs *fs, uint64_t ino, const char *value,
+			  size_t size, int flags)
+{
+	struct meta_attr cur, in, out;
+	mode_t perm;
+	int rc = acl_check(value, size);
+	if (!rc)
+		rc = meta_getattr(fs->meta, ino, &cur);
+	if (rc)
+		return rc;
+	int equiv = acl_mode(value, size, &perm);
+	memset(&in, 0, sizeof(in));
+	in.mode = (cur.mode & ~(mode_t)ACCESSPERMS) | perm;
+	if (serve_request_kill_sgid())
+		in.mode &= ~(mode_t)S_ISGID;
+	if (equiv) {
+		rc = meta_removexattr(fs->meta, ino, ACL_XATTR_ACCESS);
+		if (rc == -ENODATA)
+			rc = 0;
+	} else
+		rc = meta_setxattr(fs->meta, ino, ACL_XATTR_ACCESS, value, size,
+				   flags);
+	if (!rc && in.mode != cur.mode)
+		rc = meta_setattr(fs->meta, ino, META_SET_MODE, &in, &out);
+	return rc;
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			const char *value, size_t size, int flags)
 {
 	struct fs *fs = FS(req);
-	int rc = read_only(fs) ? -EROFS
-			       : meta_setxattr(fs->meta, ino, name, value, size,
-					       flags);
+	int acl = fs->posix_acl && strcmp(name, ACL_XATTR_ACCESS) == 0;
+	int rc = read_only(fs) ? -EROFS : 0;
+	if (!rc && fs->posix_acl && strcmp(name, ACL_XATTR_DEFAULT) == 0)
+		rc = acl_check(value, size);
+	meta_batch_begin(); /* an ACL and the mode it sets: one commit */
+	if (!rc)
+		rc = acl ? set_access_acl(fs, ino, value, size, flags)
+			 : meta_setxattr(fs->meta, ino, name, value, size,
+					 flags);
 	if (rc == -EEXIST && serve_request_resent())
-		rc = meta_setxattr(fs->meta, ino, name, value, size, 0);
+		rc = acl ? set_access_acl(fs, ino, value, size, 0)
+			 : meta_setxattr(fs->meta, ino, name, value, size, 0);
 	if (!rc)
 		mark_dirty(fs, ino, META_DIRTY_ATTR);
+	meta_batch_end(fs->meta);
 	fuse_reply_err(req, -rc);
 }
 

@@ -84,6 +84,11 @@ struct fs {
 	 * FUSE_NO_OPENDIR_SUPPORT) and keeps their listings in its page
 	 * cache: a change it did not make must invalidate the directory */
 	int kernel_opendir;
+	/* the kernel enforces and caches POSIX ACLs (FUSE_POSIX_ACL) and
+	 * leaves the umask to us (FUSE_DONT_MASK): the mode follows the
+	 * access ACL, and new nodes take their directory's default ACL
+	 * (acl.h); set by INIT */
+	int posix_acl;
 	/* the largest read reply sent by splice, set by INIT; 0: none */
 	size_t splice_max;
 

@@ -22,6 +22,13 @@
  * FATTR_KILL_SUIDGID, flags libfuse drops and process() keeps for
  * serve_request_kill_suidgid().
  *
+ * FUSE_SETXATTR_EXT (Linux 5.16), which libfuse 3.14 cannot ask for
+ * either, is added the same way: with it the kernel says when setting an
+ * access ACL must clear set-group-ID (FUSE_SETXATTR_ACL_KILL_SGID: the
+ * caller is outside the file's group and lacks CAP_FSETID). process()
+ * keeps that flag for serve_request_kill_sgid() and cuts the request's
+ * longer fuse_setxattr_in to the short form libfuse reads.
+ *
  * Each thread reads into a buffer of its own that is faulted in and
  * locked before the first read(). The kernel copies a request into that
  * buffer inside read(); when a page of it must be faulted in while a
@@ -60,6 +67,7 @@ static sem_t stop_sem;
 static volatile sig_atomic_t stopping;
 static __thread int resent;
 static __thread int kill_suidgid;
+static __thread int kill_sgid;
 static uint64_t init_unique;  /* of the INIT this worker processed */
 static uint32_t init_offered; /* that INIT's flags */
 
@@ -79,14 +87,22 @@ int serve_request_kill_suidgid(void)
 	return kill_suidgid;
 }
 
+int serve_request_kill_sgid(void)
+{
+	return kill_sgid;
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
 	(void)userdata;
 	return read(fd, buf, len);
 }
 
+/* The INIT flags tierfs adds to what libfuse asks for, when offered. */
+#define SERVE_ADDED_FLAGS (FUSE_HANDLE_KILLPRIV_V2 | FUSE_SETXATTR_EXT)
+
 /* Every reply and notification goes out here; the INIT reply gains
- * FUSE_HANDLE_KILLPRIV_V2 (see the top of this file). libfuse sends a
+ * SERVE_ADDED_FLAGS (see the top of this file). libfuse sends a
  * reply as the header in iov[0] and its argument in iov[1]. */
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
@@ -96,9 +112,9 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 	    oh->unique == init_unique && oh->error == 0 &&
 	    iov[1].iov_len >=
 		    offsetof(struct fuse_init_out, flags) + sizeof(uint32_t) &&
-	    (init_offered & FUSE_HANDLE_KILLPRIV_V2)) {
+	    (init_offered & SERVE_ADDED_FLAGS)) {
 		struct fuse_init_out *out = iov[1].iov_base;
-		out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+		out->flags |= init_offered & SERVE_ADDED_FLAGS;
 	}
 	return writev(fd, iov, count);
 }
@@ -149,6 +165,32 @@ static void note_init(const void *mem, size_t n)
 		(const void *)((const char *)mem + sizeof(*h));
 	init_offered = in->flags;
 	init_unique = h->unique;
+}
+
+/* A SETXATTR in the FUSE_SETXATTR_EXT form: notes its kill-SGID flag and
+ * cuts its fuse_setxattr_in to the FUSE_COMPAT_SETXATTR_IN_SIZE form,
+ * moving the name and value up; returns the request's new size. A worker
+ * that took over a mount whose INIT reply came from an older tierfs may
+ * get the short form: there the bytes after size and flags are the
+ * name's first ("user", "syst"...), never 0 or 1 and zero padding. */
+static size_t cut_setxattr(char *mem, size_t n)
+{
+	struct fuse_in_header *h = (void *)mem;
+	const size_t full = sizeof(struct fuse_setxattr_in);
+	if (h->opcode != FUSE_SETXATTR || !(init_offered & FUSE_SETXATTR_EXT) ||
+	    n < sizeof(*h) + full)
+		return n;
+	const struct fuse_setxattr_in *in = (const void *)(mem + sizeof(*h));
+	if ((in->setxattr_flags & ~(uint32_t)FUSE_SETXATTR_ACL_KILL_SGID) ||
+	    in->padding)
+		return n;
+	kill_sgid = (in->setxattr_flags & FUSE_SETXATTR_ACL_KILL_SGID) != 0;
+	char *to = mem + sizeof(*h) + FUSE_COMPAT_SETXATTR_IN_SIZE;
+	memmove(to, to + (full - FUSE_COMPAT_SETXATTR_IN_SIZE),
+		n - sizeof(*h) - full);
+	n -= full - FUSE_COMPAT_SETXATTR_IN_SIZE;
+	h->len = (uint32_t)n;
+	return n;
 }
 
 static void on_wake(int sig)
@@ -219,9 +261,11 @@ static void process(struct fuse_session *se, struct serve_buf *b, size_t n)
 	const struct fuse_in_header *h = buf.mem;
 	resent = (h->unique & FUSE_UNIQUE_RESEND) != 0;
 	kill_suidgid = asks_kill_suidgid(buf.mem, n);
+	buf.size = cut_setxattr(buf.mem, n);
 	fuse_session_process_buf(se, &buf);
 	resent = 0;
 	kill_suidgid = 0;
+	kill_sgid = 0;
 }
 
 struct serve_thread_arg {

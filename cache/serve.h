@@ -55,5 +55,8 @@ int serve_request_resent(void);
  * may execute (FUSE_HANDLE_KILLPRIV_V2): the caller lacks CAP_FSETID, or
  * it is a chown. */
 int serve_request_kill_suidgid(void);
+/* 1 when the request this thread is handling sets an access ACL that must
+ * clear set-group-ID (FUSE_SETXATTR_ACL_KILL_SGID, see serve.c). */
+int serve_request_kill_sgid(void);
 
 #endif

@@ -16,6 +16,7 @@ import shutil
 import signal
 import sqlite3
 import stat
+import struct
 import subprocess
 import threading
 import time
@@ -65,29 +66,47 @@ def test_a_listed_directory_is_listed_again_by_the_kernel_alone(mount):
     """OPENDIR is answered ENOSYS, so the kernel opens directories itself
     and keeps their listings: a second listing of an unchanged directory
     sends nothing to the daemon. Shown with the daemon stopped: the
-    listing still comes back. A change made through the mount shows."""
+    listing still comes back. A change made through the mount shows.
+
+    The lister is the volume's owner (uid 1000, as a notebook user is),
+    and the directory is root's: the kernel checks the directory's ACL,
+    and asks for it once. The mount's root directory is the exception:
+    the kernel makes its inode before the INIT reply turns on POSIX ACLs,
+    so it never keeps that inode's ACL, and a caller that does not own
+    the root asks for it again on every path walk (Linux 6.18)."""
     d = Path(mount.mountpoint) / "d"
     d.mkdir()
     for i in range(50):
         (d / f"f{i:02}").write_text("x")
     want = sorted(f"f{i:02}" for i in range(50))
-    assert sorted(os.listdir(d)) == want
-    assert sorted(os.listdir(d)) == want
     workers = mount.workers()
     assert workers
+    # The test's tmp_path is root's alone: the lister starts from the
+    # mount root, opened here and passed down.
+    root = os.open(mount.mountpoint, os.O_PATH | os.O_DIRECTORY)
     lister = ["/usr/bin/python3", "-c",
-              "import os, sys; print(' '.join(sorted(os.listdir(sys.argv[1]))))",
-              str(d)]
+              "import os, sys; d = os.open('d', os.O_RDONLY | os.O_DIRECTORY,"
+              " dir_fd=int(sys.argv[1])); print(' '.join(sorted(os.listdir(d))))",
+              str(root)]
+    as_owner = dict(user=1000, group=100, extra_groups=[], pass_fds=(root,),
+                    capture_output=True, text=True)
+    # First listing: the daemon's; the kernel then marks the atime stale.
+    # Second: fstat fetches the attributes, and with them the kernel drops
+    # the directory's ACL. Third: the ACL is asked for again, and kept.
+    for _ in range(3):
+        out = subprocess.run(lister, **as_owner, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == want
     for w in workers:
         os.kill(w, signal.SIGSTOP)
     try:
-        out = subprocess.run(lister, capture_output=True, text=True,
-                             timeout=20)
+        out = subprocess.run(lister, **as_owner, timeout=20)
     except subprocess.TimeoutExpired:
         out = None
     finally:
         for w in workers:
             os.kill(w, signal.SIGCONT)
+        os.close(root)
     assert out is not None, "the listing waited for the stopped daemon"
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == want
@@ -488,6 +507,31 @@ def test_permissions_are_checked_for_non_root_users(open_mount):
     assert r.returncode != 0 and "Permission denied" in r.stderr
 
 
+def on_local_disk(steps):
+    """steps(d) run in a fresh directory of the local disk every user may
+    write in: what ext4 does, for a test to compare with; returns it."""
+    import tempfile
+    local = tempfile.mkdtemp(prefix="tierfs-local-", dir="/var/tmp")
+    try:
+        os.chmod(local, 0o777)
+        return steps(local)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def on_another_node(open_mount, tmp_path):
+    """Unmounts open_mount (everything goes to S3), then mounts its volume
+    on the same mountpoint from a new cache dir, for the with-block."""
+    assert open_mount.unmount() == 0, open_mount.output()
+    again = Mount(open_mount.argv[2], open_mount.mountpoint,
+                  str(tmp_path / "other-node"))
+    try:
+        yield again
+    finally:
+        assert again.unmount() == 0, again.output()
+
+
 def set_id_changes(d):
     """Clears set-user-ID / set-group-ID the way each change should, in
     directory d; returns {name: mode} (uid 1000 lacks CAP_FSETID)."""
@@ -524,26 +568,129 @@ def set_id_changes(d):
 def test_set_id_bits_are_cleared_as_on_a_local_disk(open_mount, tmp_path):
     """The kernel leaves this to tierfs (FUSE_HANDLE_KILLPRIV_V2): a write,
     truncate or chown clears set-user-ID and set-group-ID as ext4 does."""
-    import tempfile
-    local = tempfile.mkdtemp(prefix="tierfs-local-", dir="/var/tmp")
-    try:
-        os.chmod(local, 0o777)
-        want = set_id_changes(local)
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
+    want = on_local_disk(set_id_changes)
     assert want["append"] == 0o775 and want["root_append"] == 0o6775
     root = Path(open_mount.mountpoint)
     os.chmod(root, 0o777)
     assert set_id_changes(str(root)) == want
     # and what reached S3 is the cleared mode: a new node sees it
-    assert open_mount.unmount() == 0, open_mount.output()
-    again = Mount(open_mount.argv[2], open_mount.mountpoint,
-                  str(tmp_path / "other-node"))
-    try:
+    with on_another_node(open_mount, tmp_path):
         got = {n: stat.S_IMODE(os.stat(root / n).st_mode) for n in want}
         assert got == want
+
+
+def acl_xattr(*entries):
+    """A POSIX ACL in xattr form from (tag, perm, id) triples."""
+    return struct.pack("<I", 2) + b"".join(
+        struct.pack("<HHI", t, p, i) for t, p, i in entries)
+
+
+USER_OBJ, USER, GROUP_OBJ, MASK, OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+
+
+def acl_effects(d):
+    """Sets ACLs, chmods and creates under ACLs in directory d, the way
+    setfacl would; returns what each step left (modes, ACLs, who may read)."""
+    out = {}
+
+    def reads(uid, path):
+        return as_user(uid, uid, "cat", path).returncode == 0
+
+    def acl_of(path, name="system.posix_acl_access"):
+        try:
+            return os.getxattr(path, name).hex()
+        except OSError as e:
+            return e.errno
+
+    # setfacl -m u:65534:r on a 0600 file: mode 0640, nobody reads, 1000 not
+    p = os.path.join(d, "secret")
+    with open(p, "w") as f:
+        f.write("s\n")
+    os.chmod(p, 0o600)
+    os.setxattr(p, "system.posix_acl_access", acl_xattr(
+        (USER_OBJ, 6, 0), (USER, 4, 65534), (GROUP_OBJ, 0, 0), (MASK, 4, 0),
+        (OTHER, 0, 0)))
+    out["acl_mode"] = os.stat(p).st_mode
+    out["acl_reads"] = (reads(65534, p), reads(1000, p))
+    # chmod 600 moves the mask to ---: nobody reads no more
+    os.chmod(p, 0o600)
+    out["chmod_acl"] = acl_of(p)
+    out["chmod_reads"] = reads(65534, p)
+    # an ACL a mode can say is kept as the mode alone
+    q = os.path.join(d, "plain")
+    open(q, "w").close()
+    os.setxattr(q, "system.posix_acl_access", acl_xattr(
+        (USER_OBJ, 7, 0), (GROUP_OBJ, 5, 0), (OTHER, 1, 0)))
+    out["equiv"] = (os.stat(q).st_mode, acl_of(q))
+    # a default ACL: new files take it (cut to their mode), not the umask;
+    # new directories take it as their default too
+    shared = os.path.join(d, "shared")
+    os.mkdir(shared)
+    os.setxattr(shared, "system.posix_acl_default", acl_xattr(
+        (USER_OBJ, 7, 0), (USER, 7, 1000), (GROUP_OBJ, 5, 0), (MASK, 7, 0),
+        (OTHER, 0, 0)))
+    base = os.path.join(d, "base")
+    os.mkdir(base)
+    os.setxattr(base, "system.posix_acl_default", acl_xattr(
+        (USER_OBJ, 7, 0), (GROUP_OBJ, 7, 0), (OTHER, 5, 0)))
+    old = os.umask(0o077)
+    try:
+        open(os.path.join(shared, "f"), "w").close()
+        os.mkdir(os.path.join(base, "sub"))
+        open(os.path.join(base, "g"), "w").close()
     finally:
-        assert again.unmount() == 0, again.output()
+        os.umask(old)
+    out["inherit_file"] = (os.stat(os.path.join(shared, "f")).st_mode,
+                           acl_of(os.path.join(shared, "f")))
+    out["inherit_dir"] = (
+        os.stat(os.path.join(base, "sub")).st_mode,
+        acl_of(os.path.join(base, "sub")),
+        acl_of(os.path.join(base, "sub"), "system.posix_acl_default"))
+    out["inherit_base_file"] = os.stat(os.path.join(base, "g")).st_mode
+    # no default ACL: the umask applies
+    old = os.umask(0o027)
+    try:
+        open(os.path.join(d, "masked"), "w").close()
+        os.mkdir(os.path.join(d, "masked_dir"))
+    finally:
+        os.umask(old)
+    out["umask"] = (os.stat(os.path.join(d, "masked")).st_mode,
+                    os.stat(os.path.join(d, "masked_dir")).st_mode)
+    # the owner outside the file's group sets an ACL: set-group-ID goes
+    g = os.path.join(d, "sgid")
+    open(g, "w").close()
+    os.chown(g, 1000, 100)
+    os.chmod(g, 0o2775)
+    value = acl_xattr((USER_OBJ, 7, 0), (USER, 5, 1001), (GROUP_OBJ, 5, 0),
+                      (MASK, 5, 0), (OTHER, 5, 0))
+    r = as_user(1000, 1000, "/usr/bin/python3", "-c",
+                "import os, sys; os.setxattr(sys.argv[1], "
+                "'system.posix_acl_access', bytes.fromhex(sys.argv[2]))",
+                g, value.hex())
+    assert r.returncode == 0, r.stderr
+    out["sgid"] = os.stat(g).st_mode
+    return out
+
+
+def test_posix_acls_are_enforced_and_inherited_as_on_a_local_disk(
+        open_mount, tmp_path):
+    """FUSE_POSIX_ACL: the kernel enforces ACLs; tierfs keeps the mode in
+    step, rewrites the ACL on chmod, applies default ACLs and the umask,
+    as ext4 does. Before, ACLs were stored but nobody they named could
+    read, and chmod left them as they were."""
+    want = on_local_disk(acl_effects)
+    assert want["acl_reads"] == (True, False) and not want["chmod_reads"]
+    root = Path(open_mount.mountpoint)
+    os.chmod(root, 0o777)
+    assert acl_effects(str(root)) == want
+    # the ACLs and modes reach S3: a new node enforces them too
+    with on_another_node(open_mount, tmp_path):
+        secret = str(root / "secret")
+        assert as_user(65534, 65534, "cat", secret).returncode != 0
+        f = str(root / "shared" / "f")
+        assert os.stat(f).st_mode == want["inherit_file"][0]
+        assert os.getxattr(f, "system.posix_acl_access").hex() == \
+            want["inherit_file"][1]
 
 
 def test_chmod_chown_utime(mount):
