@@ -53,7 +53,7 @@ UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_condition test_acl
 INTEG_TESTS := test_s3_live
 
-.PHONY: all deps test unit integration csi-test deploy-test deploy-manifests \
+.PHONY: all deps test unit integration print-unit-tests csi-test deploy-test deploy-manifests \
 	image demo bench check format clean asan
 # keep object files between runs (they are intermediates of the test rules)
 .SECONDARY:
@@ -183,6 +183,9 @@ asan: $(ASAN)/tierfsctl $(ASAN)/tierfs $(ASAN)/tierfs-csi
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BINS)
 	@hack/run-tests.sh
+
+print-unit-tests:
+	@printf '%s\n' $(UNIT_TESTS)
 
 unit: all $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%)
 	@TIERFS_ONLY=unit hack/run-tests.sh

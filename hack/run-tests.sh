@@ -21,9 +21,8 @@ PY=/usr/bin/python3
 BUILD=build
 ASAN=build/asan
 ONLY=${TIERFS_ONLY:-all}
-UNIT_TESTS=(test_sigv4 test_uri test_xml test_retry test_creds test_buf
-	test_meta test_layout test_ranges test_data test_units test_volume
-	test_condition)
+# the Makefile's UNIT_TESTS, so that a new one cannot be built and not run
+mapfile -t UNIT_TESTS < <(make -s --no-print-directory print-unit-tests)
 LOGDIR=$BUILD/test-logs
 mkdir -p "$LOGDIR"
 
