@@ -594,6 +594,31 @@ static int load_xattrs(struct fs *fs, uint64_t ino, struct layout_xattr **out,
 	return 0;
 }
 
+/* 0 when ino's xattrs, with name set to value, still fit in its
+ * object's headers; -ENOSPC (as ext4 says when an inode's xattr space is
+ * full) or -EINVAL (a name s3fs's format cannot carry) when not. Refused
+ * here, an xattr cannot leave the file unable to upload. */
+static int xattr_fits(struct fs *fs, uint64_t ino, const char *name,
+		      const void *value, size_t size)
+{
+	struct layout_xattr *x = NULL, *v = NULL;
+	size_t n = 0, k = 0;
+	int rc = load_xattrs(fs, ino, &x, &n);
+	if (!rc && !(v = calloc(n + 1, sizeof(*v))))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < n; i++)
+		if (strcmp(x[i].name, name) != 0)
+			v[k++] = x[i];
+	if (!rc) {
+		v[k++] = (struct layout_xattr){(char *)name, (void *)value,
+					       size};
+		rc = layout_xattrs_fit(v, k);
+	}
+	free(v);
+	layout_xattrs_free(x, n);
+	return rc;
+}
+
 /* --- the outbox of deletions ---------------------------------------------- */
 
 /* Sends every queued deletion to S3 in DeleteObjects batches. The caller
@@ -2602,12 +2627,27 @@ static int set_access_acl(struct fs *fs, uint64_t ino, const char *value,
 		rc = meta_removexattr(fs->meta, ino, ACL_XATTR_ACCESS);
 		if (rc == -ENODATA)
 			rc = 0;
-	} else
-		rc = meta_setxattr(fs->meta, ino, ACL_XATTR_ACCESS, value, size,
-				   flags);
+	} else {
+		rc = xattr_fits(fs, ino, ACL_XATTR_ACCESS, value, size);
+		if (!rc)
+			rc = meta_setxattr(fs->meta, ino, ACL_XATTR_ACCESS,
+					   value, size, flags);
+	}
 	if (!rc && in.mode != cur.mode)
 		rc = meta_setattr(fs->meta, ino, META_SET_MODE, &in, &out);
 	return rc;
+}
+
+/* A default ACL is a valid one, and a new directory can hold it twice
+ * (as its access and default ACL, make_node()) within its headers. */
+static int default_acl_fits(const char *value, size_t size)
+{
+	int rc = acl_check(value, size);
+	struct layout_xattr both[] = {
+		{ACL_XATTR_ACCESS, (void *)value, size},
+		{ACL_XATTR_DEFAULT, (void *)value, size},
+	};
+	return rc ? rc : layout_xattrs_fit(both, 2);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
@@ -2617,7 +2657,9 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	int acl = fs->posix_acl && strcmp(name, ACL_XATTR_ACCESS) == 0;
 	int rc = read_only(fs) ? -EROFS : 0;
 	if (!rc && fs->posix_acl && strcmp(name, ACL_XATTR_DEFAULT) == 0)
-		rc = acl_check(value, size);
+		rc = default_acl_fits(value, size);
+	if (!rc && !acl)
+		rc = xattr_fits(fs, ino, name, value, size);
 	meta_batch_begin(); /* an ACL and the mode it sets: one commit */
 	if (!rc)
 		rc = acl ? set_access_acl(fs, ino, value, size, flags)

@@ -255,6 +255,30 @@ void layout_headers_free(struct layout_headers *h)
 	h->xattr = NULL;
 }
 
+size_t layout_headers_size(const struct layout_headers *h)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < h->nmeta; i++)
+		n += strlen("x-amz-meta-") + strlen(h->meta[i].name) +
+		     strlen(h->meta[i].value);
+	return n;
+}
+
+int layout_xattrs_fit(const struct layout_xattr *x, size_t n)
+{
+	const struct timespec latest = {9999999999, 999999999};
+	const struct layout_attrs widest = {UINT32_MAX, UINT32_MAX, UINT32_MAX,
+					    latest,	latest,	    0};
+	struct layout_headers h;
+	int rc = layout_headers_build(&widest, x, n, &h);
+	if (rc)
+		return rc;
+	if (layout_headers_size(&h) > LAYOUT_META_MAX)
+		rc = -ENOSPC;
+	layout_headers_free(&h);
+	return rc;
+}
+
 int layout_xattr_encode(const struct layout_xattr *x, size_t n, char **out)
 {
 	struct buf json = BUF_INIT, enc = BUF_INIT;

@@ -101,6 +101,19 @@ int layout_headers_build(const struct layout_attrs *attrs,
 			 struct layout_headers *out);
 void layout_headers_free(struct layout_headers *h);
 
+/* S3's limit on an object's user metadata: the bytes of every x-amz-meta-
+ * header's name and value, summed (AWS: 2 KiB; hack/s3-local.sh gives
+ * the local Swift the same room). */
+#define LAYOUT_META_MAX 2048
+
+/* The user metadata h sends, measured as LAYOUT_META_MAX is (each name
+ * with its "x-amz-meta-" prefix). */
+size_t layout_headers_size(const struct layout_headers *h);
+/* 0 when an object holding xattrs x fits LAYOUT_META_MAX whatever its
+ * attributes (the widest mode, owner and times); -ENOSPC when it does
+ * not, -EINVAL for a name the xattr header cannot carry, -ENOMEM. */
+int layout_xattrs_fit(const struct layout_xattr *x, size_t n);
+
 /* s3fs's xattr header value: URL-encoded {"name":"base64(value)",...}. */
 int layout_xattr_encode(const struct layout_xattr *x, size_t n, char **out);
 /* Parses that value; entries that are not name/base64 pairs make it

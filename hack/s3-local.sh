@@ -11,7 +11,8 @@
 # Credentials: access key test:tester, secret testing, region us-east-1; use
 # eval "$(hack/s3-local.sh env)". Clients must use path-style addressing.
 # Needs root (servers drop to the swift user). The only file written outside
-# the data dir is /etc/swift/swift.conf, and only if it lacks [swift-hash].
+# the data dir is /etc/swift/swift.conf: [swift-hash] if it lacks one, and
+# max_meta_value_length if it sets none.
 set -euo pipefail
 
 DIR=$(realpath -m "${TIERFS_S3_DIR:-/var/tmp/tierfs-s3}")
@@ -73,6 +74,19 @@ write_swift_conf() {
 	mkdir -p /etc/swift
 	printf '\n[swift-hash]\nswift_hash_path_suffix = changeme\nswift_hash_path_prefix = changeme\n' \
 		>>/etc/swift/swift.conf
+}
+
+# S3 gives an object 2 KiB of user metadata, which one header (tierfs's
+# x-amz-meta-xattr) may take nearly all of; Swift's default is 256 bytes a
+# value. Swift reads its constraints from /etc/swift/swift.conf alone.
+write_swift_constraints() {
+	local conf=/etc/swift/swift.conf
+	grep -qs '^max_meta_value_length' "$conf" && return 0
+	if grep -qs '^\[swift-constraints\]' "$conf"; then
+		sed -i '/^\[swift-constraints\]/a max_meta_value_length = 2048' "$conf"
+	else
+		printf '\n[swift-constraints]\nmax_meta_value_length = 2048\n' >>"$conf"
+	fi
 }
 
 # storage_conf TYPE PORT WORKERS [extra lines]: account/container/object server config.
@@ -256,6 +270,7 @@ cmd_start() {
 	[ "$(stat -c %U "$DEVICES/d1")" = swift ] || chown -R swift:swift "$DEVICES"
 	chown swift:swift "$CACHE"
 	write_swift_conf
+	write_swift_constraints
 	write_configs
 	write_rings
 	# Clients retrying through a restart reach the proxy the moment it

@@ -7,9 +7,11 @@ boto3. Run under `eval "$(hack/s3-local.sh env)"`; skipped without
 AWS_ENDPOINT_URL or /dev/fuse.
 """
 
+import base64
 import contextlib
 import errno
 import hashlib
+import json
 import mmap
 import os
 import shutil
@@ -20,6 +22,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -717,6 +720,51 @@ def test_xattrs(mount):
     with pytest.raises(OSError) as e:
         os.getxattr(p, "user.color")
     assert e.value.errno == errno.ENODATA
+
+
+def test_xattrs_that_s3_headers_cannot_hold_are_refused_and_the_file_uploads(
+        mount, s3, volume):
+    """Xattrs travel in the object's x-amz-meta-xattr header, and S3 gives
+    an object 2 KiB of user metadata. An xattr past that, or a name the
+    header cannot carry, is refused (ENOSPC, as ext4 says when an inode's
+    xattr space is full; EINVAL) and the file still uploads. Before, the
+    xattr was kept, every upload of the file failed, and its data never
+    reached S3."""
+    _, prefix = volume
+    p = Path(mount.mountpoint) / "f"
+    p.write_bytes(b"data")
+    os.setxattr(p, "user.note", b"n" * 1300)
+    for name, value, err in (("user.more", b"m" * 600, errno.ENOSPC),
+                             ("user.note", b"\xfb" * 1000, errno.ENOSPC),
+                             ("user.a:b", b"x", errno.EINVAL)):
+        with pytest.raises(OSError) as e:
+            os.setxattr(p, name, value)
+        assert e.value.errno == err, name
+    assert os.listxattr(p) == ["user.note"]
+    assert os.getxattr(p, "user.note") == b"n" * 1300
+    # a default ACL is held twice by a new directory, as its access ACL too
+    d = Path(mount.mountpoint) / "d"
+    d.mkdir()
+
+    def acl(n):
+        return acl_xattr((USER_OBJ, 7, 0),
+                         *((USER, 5, 2000 + i) for i in range(n)),
+                         (GROUP_OBJ, 5, 0), (MASK, 7, 0), (OTHER, 5, 0))
+    with pytest.raises(OSError) as e:
+        os.setxattr(d, "system.posix_acl_default", acl(120))
+    assert e.value.errno == errno.ENOSPC
+    os.setxattr(d, "system.posix_acl_default", acl(40))
+    (d / "sub").mkdir()
+    (d / "sub" / "g").write_bytes(b"g")
+    for f in (p, d / "sub" / "g"):
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    assert body(s3, f"{prefix}/f") == b"data"
+    assert body(s3, f"{prefix}/d/sub/g") == b"g"
+    held = json.loads(urllib.parse.unquote(
+        head(s3, f"{prefix}/f")["Metadata"]["xattr"]))
+    assert base64.b64decode(held["user.note"]) == b"n" * 1300
+    assert mount.unmount() == 0, mount.output()
 
 
 def test_unlink_while_open(mount):

@@ -327,6 +327,39 @@ static void test_headers_round_trip_through_attrs(void **state)
 	layout_headers_free(&h);
 }
 
+static void test_xattrs_fit_within_the_s3_metadata_limit(void **state)
+{
+	(void)state;
+	static char big[2048];
+	memset(big, 0xfb, sizeof(big)); /* base64 "+/": URL-encoded 3x */
+	/* what fits is measured on the headers an object would carry */
+	struct layout_xattr one[] = {{"user.a", big, 1000}};
+	assert_int_equal(layout_xattrs_fit(one, 1), -ENOSPC);
+	one[0].size = 400;
+	assert_int_equal(layout_xattrs_fit(one, 1), 0);
+	struct layout_attrs in = {S_IFREG | 0600, 1000, 100, {1, 0}, {1, 0}, 0};
+	struct layout_headers h;
+	assert_int_equal(layout_headers_build(&in, one, 1, &h), 0);
+	assert_in_range(layout_headers_size(&h), 400 * 4 / 3, LAYOUT_META_MAX);
+	layout_headers_free(&h);
+	/* the sum counts, not each value alone */
+	struct layout_xattr three[] = {{"user.a", big, 250},
+				       {"user.b", big, 250},
+				       {"user.c", big, 250}};
+	assert_int_equal(layout_xattrs_fit(three, 2), 0);
+	assert_int_equal(layout_xattrs_fit(three, 3), -ENOSPC);
+	/* bytes whose base64 needs no escapes: 1,300 of them fit */
+	memset(big, 'x', sizeof(big));
+	one[0].size = 1300;
+	assert_int_equal(layout_xattrs_fit(one, 1), 0);
+	one[0].size = 1400;
+	assert_int_equal(layout_xattrs_fit(one, 1), -ENOSPC);
+	/* a name s3fs's format cannot carry */
+	struct layout_xattr bad[] = {{"user.a:b", "x", 1}};
+	assert_int_equal(layout_xattrs_fit(bad, 1), -EINVAL);
+	assert_int_equal(layout_xattrs_fit(NULL, 0), 0);
+}
+
 static void test_xattr_encoding_is_s3fs_format(void **state)
 {
 	(void)state;
@@ -437,6 +470,7 @@ int main(void)
 		cmocka_unit_test(
 			test_mode_without_type_bits_gets_the_keys_type),
 		cmocka_unit_test(test_headers_round_trip_through_attrs),
+		cmocka_unit_test(test_xattrs_fit_within_the_s3_metadata_limit),
 		cmocka_unit_test(test_xattr_encoding_is_s3fs_format),
 		cmocka_unit_test(test_xattr_binary_values_round_trip),
 		cmocka_unit_test(test_xattr_decode_refuses_malformed_values),
