@@ -60,6 +60,13 @@ def kill_worker(m, sig=signal.SIGKILL):
     """Kills the worker and waits until another one serves: it has said it
     took over (a worker killed before that, while it still opens the store,
     would never say it)."""
+    # the mount is up for the supervisor once the worker has kept the
+    # kernel's INIT (CACHE_DIR/init.req); a worker killed before that ends
+    # the mount. Mount() returns when the mount shows, which is earlier.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(m.cache_dir, "init.req")):
+        assert time.monotonic() < deadline, "no INIT kept:\n" + m.output()
+        time.sleep(0.05)
     workers = m.workers()
     assert len(workers) == 1, f"workers: {workers}"
     said = m.output().count("took over the mount")
