@@ -80,7 +80,14 @@ struct meta_config {
 	 * with no name are kept, and every inode counts as referenced until
 	 * the next mount (META_NLOOKUP_UNKNOWN). */
 	int adopt_kernel_refs;
+	/* the SQLite VFS of every connection to the store, a name that
+	 * outlives it (tests wrap META_VFS); NULL: META_VFS */
+	const char *vfs;
 };
+
+/* One process's store: an exclusive lock on the file while the store is
+ * open, and the WAL index in its memory (see "Locking" in meta.c). */
+#define META_VFS "unix-excl"
 
 #define META_NLOOKUP_UNKNOWN (1ull << 62)
 

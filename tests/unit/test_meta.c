@@ -39,7 +39,7 @@ struct fixture {
 	char dir[64];
 	char path[96];
 	struct meta *m;
-	struct slow_vfs *slow; /* owned; the default VFS while set */
+	struct slow_vfs *slow; /* owned; open_lazy() opens through it */
 };
 
 static void slow_vfs_remove(struct fixture *f);
@@ -326,13 +326,16 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* A VFS over the default one whose fsyncs take sync_ms: a loaded disk,
- * on which a checkpoint (two fsyncs) runs long. Made the default while
- * a test runs, so every connection the store opens goes through it. */
+/* A VFS over the store's (META_VFS) whose fsyncs take sync_ms: a loaded
+ * disk, on which a checkpoint (two fsyncs) runs long. Every connection of
+ * a store opened with meta_config.vfs SLOW_VFS goes through it. */
+#define SLOW_VFS "tierfs-test-slow"
+
 struct slow_vfs {
 	sqlite3_vfs vfs; /* first: SQLite hands back this pointer */
 	sqlite3_vfs *real;
 	long sync_ms;
+	_Atomic long syncs; /* made through it: the store did use it */
 };
 
 struct slow_file {
@@ -365,6 +368,7 @@ static int sf_truncate(sqlite3_file *f, sqlite3_int64 size)
 
 static int sf_sync(sqlite3_file *f, int flags)
 {
+	((struct slow_file *)f)->sv->syncs++;
 	sleep_ms(((struct slow_file *)f)->sv->sync_ms);
 	return REAL(f)->pMethods->xSync(REAL(f), flags);
 }
@@ -462,16 +466,16 @@ static void slow_vfs_install(struct fixture *f, long sync_ms)
 {
 	struct slow_vfs *sv = calloc(1, sizeof(*sv));
 	assert_non_null(sv);
-	sv->real = sqlite3_vfs_find(NULL);
+	sv->real = sqlite3_vfs_find(META_VFS);
 	assert_non_null(sv->real);
 	sv->vfs = *sv->real;
 	sv->vfs.iVersion = 1; /* no xSetSystemCall: it is the real VFS's */
-	sv->vfs.zName = "tierfs-test-slow";
+	sv->vfs.zName = SLOW_VFS;
 	sv->vfs.szOsFile = (int)sizeof(struct slow_file) + sv->real->szOsFile;
 	sv->vfs.xOpen = sv_open;
 	sv->vfs.pNext = NULL;
 	sv->sync_ms = sync_ms;
-	assert_int_equal(sqlite3_vfs_register(&sv->vfs, 1), SQLITE_OK);
+	assert_int_equal(sqlite3_vfs_register(&sv->vfs, 0), SQLITE_OK);
 	f->slow = sv;
 }
 
@@ -479,7 +483,6 @@ static void slow_vfs_install(struct fixture *f, long sync_ms)
 static void slow_vfs_remove(struct fixture *f)
 {
 	struct slow_vfs *sv = f->slow;
-	assert_int_equal(sqlite3_vfs_register(sv->real, 1), SQLITE_OK);
 	assert_int_equal(sqlite3_vfs_unregister(&sv->vfs), SQLITE_OK);
 	free(sv);
 	f->slow = NULL;
@@ -674,6 +677,43 @@ static void test_open_rejects_an_unknown_format_version(void **state)
 	struct meta *m = NULL;
 	assert_int_equal(meta_open(&cfg, &m), -EINVAL);
 	assert_null(m);
+}
+
+/* Reads path's store in a new process (exec'd: a forked child would
+ * share this one's SQLite state and its locks) with Python's sqlite3 and
+ * no busy timeout: 0 when it read, 5 when the store was locked. */
+static int read_from_another_process(const char *path)
+{
+	static const char prog[] =
+		"import sqlite3, sys\n"
+		"try:\n"
+		"    c = sqlite3.connect(sys.argv[1], timeout=0)\n"
+		"    c.execute('SELECT count(*) FROM inodes').fetchone()\n"
+		"except sqlite3.OperationalError as e:\n"
+		"    sys.exit(5 if 'locked' in str(e) else 1)\n";
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/usr/bin/python3", "python3", "-c", prog, path,
+		      (char *)NULL);
+		_exit(127);
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+/* The store is the worker's alone (META_VFS): another process is refused
+ * while it is open, not handed a store two writers share; once it is
+ * closed the file reads as any SQLite database. */
+static void test_an_open_store_refuses_other_processes(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(read_from_another_process(f->path), 5);
+	meta_close(f->m);
+	f->m = NULL;
+	assert_int_equal(read_from_another_process(f->path), 0);
 }
 
 static void test_open_requires_a_path(void **state)
@@ -2543,6 +2583,8 @@ static struct meta *open_lazy(struct fixture *f, unsigned lazy_ms)
 	cfg.path = f->path;
 	cfg.commit_interval_ms = 0;
 	cfg.lazy_commit_ms = lazy_ms;
+	if (f->slow)
+		cfg.vfs = SLOW_VFS;
 	assert_int_equal(meta_open(&cfg, &f->m), 0);
 	return f->m;
 }
@@ -2695,6 +2737,7 @@ test_the_wal_stays_bounded_while_a_checkpoint_runs_long(void **state)
 	}
 	meta_checkpoints(m, &bg, &inl);
 	assert_true(bg >= 1);
+	assert_true(f->slow->syncs >= 2); /* a checkpoint's, at least */
 	assert_true(file_size(wal) < (off_t)9000 * 4120);
 	meta_close(f->m);
 	f->m = NULL;
@@ -3108,6 +3151,7 @@ int main(void)
 		T(test_open_rejects_a_file_that_is_not_sqlite),
 		T(test_open_rejects_an_unknown_format_version),
 		T(test_open_requires_a_path),
+		T(test_an_open_store_refuses_other_processes),
 		T(test_open_rejects_nlink_that_disagrees_with_names),
 		T(test_open_rejects_a_dentry_naming_a_missing_inode),
 		T(test_open_rejects_a_name_no_entry_may_have),
