@@ -169,7 +169,7 @@ int acl_inherit(void *v, size_t n, mode_t *mode)
 	p = (mode_t)get16(g + 2) & ((m & S_IRWXG) >> 3);
 	put16(g + 2, p);
 	m = (m & ~(mode_t)S_IRWXG) | p << 3;
-	*mode = (*mode & ~(mode_t)ACCESSPERMS) | m;
+	*mode = m;
 	mode_t equiv;
 	return acl_mode(v, n, &equiv);
 }
