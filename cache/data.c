@@ -35,6 +35,11 @@
  *   "D+ a b"  bytes [a, b) were written here: present AND dirty; size >= b
  *   "D- a b"  bytes [a, b) are in S3 now: no longer dirty (still present)
  *   "S n"     the size is n; bytes at and past n leave both sets
+ *   "O+"      the kernel writes the cache file itself from here (FUSE
+ *             passthrough; data_outside()): after a crash the file's
+ *             size on disk counts, and all of it is dirty ("D+ 0 n"
+ *             lines come with each change seen)
+ *   "O-"      those writes ended and are accounted for
  * A change appends its lines with one write(2) on an O_APPEND descriptor
  * before the call that made it returns. Replay applies complete lines in
  * order, skips a complete line that does not parse, and ignores (and cuts
@@ -269,7 +274,8 @@ struct data_file {
 	int log_broken;		 /* a torn append could not be cut off */
 	int sync_dir;		 /* created since the last data_sync() */
 	int log_unsynced; /* appended to since its last fsync (or opened) */
-	int nolog; /* "<ino>.new", no log: present == dirty == [0, size) */
+	int nolog;   /* "<ino>.new", no log: present == dirty == [0, size) */
+	int outside; /* written outside this process (data_outside()) */
 	struct ra_stream *ra; /* nra of them; NULL until read while open */
 	unsigned nra;
 	uint64_t ra_tick;
@@ -695,6 +701,8 @@ static int write_log_locked(struct data_file *f, const struct ranges *dirty)
 	for (size_t i = 0; i < dirty->n && rc == 0; i++)
 		rc = buf_printf(&b, "D+ %" PRIu64 " %" PRIu64 "\n",
 				dirty->v[i].start, dirty->v[i].end);
+	if (rc == 0 && f->outside)
+		rc = buf_printf(&b, "O+\n");
 	if (rc)
 		goto fail_0;
 	file_name(name, f->ino, ".log");
@@ -809,6 +817,10 @@ static int replay_line(struct data_file *f, const char *s, const char *end)
 {
 	uint64_t a, b;
 	const char *p = s + 2;
+	if (end - s == 2 && s[0] == 'O' && (s[1] == '+' || s[1] == '-')) {
+		f->outside = s[1] == '+';
+		return 0;
+	}
 	if (end - s >= 2 && s[0] == 'S' && s[1] == ' ') {
 		if (parse_num(&p, end, &a) || p != end)
 			return -EINVAL;
@@ -1560,6 +1572,16 @@ static int load_one(struct data *d, uint64_t ino, struct data_file **out)
 	if (valid < len && ftruncate(fd, (off_t)valid)) {
 		rc = -errno;
 		goto fail_3;
+	}
+	/* the kernel was writing it (passthrough) when the last process
+	 * stopped: what it wrote went anywhere, past the logged size too */
+	if (f->outside) {
+		f->size = max_u64(f->size, (uint64_t)fst.st_size);
+		if (f->size && (ranges_add(&f->present, 0, f->size) ||
+				ranges_add(&f->dirty, 0, f->size))) {
+			rc = -ENOMEM;
+			goto fail_3;
+		}
 	}
 	f->log_bytes = valid;
 	f->lru_time = st.st_mtim;
@@ -2720,27 +2742,60 @@ int data_hydrate_all(struct data_file *f)
 	return data_hydrate(f, 0, UINT64_MAX);
 }
 
-int data_mark_dirty_all(struct data_file *f)
+int data_outside(struct data_file *f, int how, uint64_t size)
 {
 	struct buf b = BUF_INIT;
 	lock_mutex(&f->lock);
-	uint64_t size = f->size;
-	int rc = covered(&f->present, 0, size) == size ? 0 : -EAGAIN;
-	if (!rc && size)
+	size = max_u64(size, f->size);
+	int seen = (how & DATA_OUTSIDE_SEEN) && size;
+	int rc = covered(&f->present, 0, f->size) == f->size ? 0 : -EAGAIN;
+	/* a file all dirty already needs no line (a database's every
+	 * commit rewrites it: no line, no flush of the log in its fsync) */
+	int line =
+		seen && (size > f->size || covered(&f->dirty, 0, size) != size);
+	if (!rc && (how & DATA_OUTSIDE_BEGIN) && !f->outside)
+		rc = buf_printf(&b, "O+\n");
+	if (!rc && line)
 		rc = buf_printf(&b, "D+ 0 %" PRIu64 "\n", size);
-	if (!rc && size)
+	/* the end records the size: a load while outside took the size on
+	 * disk, which no line may say yet */
+	if (!rc && (how & DATA_OUTSIDE_END) && f->outside)
+		rc = buf_printf(&b, "S %" PRIu64 "\nO-\n", size);
+	if (!rc)
 		rc = log_append(f, &b);
-	if (!rc && size) {
+	if (!rc && seen) {
 		uint64_t p0 = f->pbytes, d0 = f->dbytes;
-		rc = set_add(&f->dirty, &f->dbytes, 0, size);
+		f->size = size;
+		rc = set_add(&f->present, &f->pbytes, 0, size);
+		if (!rc)
+			rc = set_add(&f->dirty, &f->dbytes, 0, size);
 		if (!rc && f->nsnap)
 			rc = ranges_add(&f->rewritten, 0, size);
 		account(f, p0, d0);
 	}
+	if (!rc && (how & DATA_OUTSIDE_BEGIN))
+		f->outside = 1;
+	if (!rc && (how & DATA_OUTSIDE_END))
+		f->outside = 0;
+	if (!rc)
+		maybe_compact_locked(f);
 	buf_free(&b);
 	check_file(f);
 	unlock_mutex(&f->lock);
 	return rc;
+}
+
+int data_whole(struct data_file *f)
+{
+	lock_mutex(&f->lock);
+	int whole = covered(&f->present, 0, f->size) == f->size;
+	unlock_mutex(&f->lock);
+	return whole;
+}
+
+int data_mark_dirty_all(struct data_file *f)
+{
+	return data_outside(f, DATA_OUTSIDE_SEEN, 0);
 }
 
 int data_hydrate(struct data_file *f, uint64_t off, uint64_t len)
@@ -2991,8 +3046,8 @@ int data_dirty_files(struct data *d, struct data_dirty_file **out, size_t *n)
 		for (struct data_file *f = d->buckets[i]; f; f = f->hnext) {
 			lock_mutex(&f->lock);
 			if (f->dbytes)
-				v[k++] = (struct data_dirty_file){f->ino,
-								  f->size};
+				v[k++] = (struct data_dirty_file){
+					f->ino, f->size, f->outside};
 			unlock_mutex(&f->lock);
 		}
 	unlock_mutex(&d->lock);

@@ -187,9 +187,26 @@ int data_hydrate_all(struct data_file *f);
 /* The same for [off, off+len) only (clipped to the size): the parts of a
  * file a partial re-upload sends. */
 int data_hydrate(struct data_file *f, uint64_t off, uint64_t len);
+/* 1 when the file is FULL: every byte up to its size present. */
+int data_whole(struct data_file *f);
 /* Marks every byte dirty (the file must be FULL: -EAGAIN otherwise), so
  * it is uploaded whole from here and never evicted or fetched before. */
 int data_mark_dirty_all(struct data_file *f);
+/* The cache file is written by another than this process: the kernel,
+ * for a file open in FUSE passthrough, whose writes are never seen here.
+ * how: DATA_OUTSIDE_BEGIN before the first such open; DATA_OUTSIDE_SEEN
+ * when the file changed since (size: its size on disk now): the size
+ * grows to size and every byte becomes present and dirty (where the
+ * writes went is not known), also for an upload under way
+ * (data_mark_clean() keeps them); DATA_OUTSIDE_END once the last such
+ * open is gone (with SEEN if it changed). The file must be FULL: -EAGAIN
+ * otherwise. The log records BEGIN and END: a process that opens the
+ * cache in between (the last one was killed) takes all of the file, to
+ * its size on disk, as dirty. */
+#define DATA_OUTSIDE_BEGIN 1
+#define DATA_OUTSIDE_SEEN 2
+#define DATA_OUTSIDE_END 4
+int data_outside(struct data_file *f, int how, uint64_t size);
 /* Puts bytes [off, off+len) of the file together in fd at the same
  * offsets: what the cache holds, copied, and the rest fetched straight
  * into fd, taking no room in the cache: for an upload that a full cache
@@ -220,6 +237,7 @@ int data_inos(struct data *d, uint64_t **inos, size_t *n);
 /* A file holding dirty bytes and the size the cache keeps for it. */
 struct data_dirty_file {
 	uint64_t ino, size;
+	int outside; /* between DATA_OUTSIDE_BEGIN and END */
 };
 /* The files holding dirty bytes (malloc'ed). Right after data_open(),
  * each size is what its range log, or its ".new" file's size on disk,

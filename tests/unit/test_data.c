@@ -2234,6 +2234,52 @@ static void test_mark_dirty_all_needs_a_full_file_and_pins_it(void **state)
 	data_put(f);
 }
 
+/* The kernel writes a file open in passthrough: nothing is dirty until a
+ * change is seen; what is seen is all dirty, past the old size too, and
+ * stays dirty across an upload under way; a restart while such writes
+ * may be going on (a killed worker) takes the size on disk, all dirty. */
+static void
+test_outside_writes_are_dirty_whole_and_outlive_a_crash(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	struct ranges snap = RANGES_INIT;
+	make_clean_file(e, 5, 4096);
+	assert_int_equal(data_get(e->d, 5, 4096, &f), 0);
+	assert_int_equal(data_outside(f, DATA_OUTSIDE_BEGIN, 0), 0);
+	expect_dirty(f, "");
+	/* an upload takes its snapshot; the kernel writes past the end */
+	assert_int_equal(data_dirty(f, &snap), 0);
+	assert_int_equal(pwrite(data_fd(f), "xyz", 3, 6000), 3);
+	assert_int_equal(data_outside(f, DATA_OUTSIDE_SEEN, 6003), 0);
+	assert_int_equal(data_size(f), 6003);
+	expect_present(f, "0-6003");
+	expect_dirty(f, "0-6003");
+	assert_int_equal(data_mark_clean(f, &snap), 0);
+	ranges_free(&snap);
+	expect_dirty(f, "0-6003"); /* seen during the upload: still owed */
+	/* more, unseen, then the worker is killed: the next one takes the
+	 * file as the disk has it */
+	assert_int_equal(pwrite(data_fd(f), "more", 4, 8000), 4);
+	data_put(f);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 5, 0, &f), 0);
+	assert_int_equal(data_size(f), 8004);
+	expect_dirty(f, "0-8004");
+	/* the last writer goes: the record says no one writes it now */
+	assert_int_equal(data_outside(f, DATA_OUTSIDE_END, 0), 0);
+	data_put(f);
+	char path[128];
+	snprintf(path, sizeof(path), "%s/5", e->dir);
+	int fd = open(path, O_WRONLY);
+	assert_int_equal(pwrite(fd, "late", 4, 9000), 4); /* not ours */
+	assert_int_equal(close(fd), 0);
+	reopen(e);
+	assert_int_equal(data_get(e->d, 5, 0, &f), 0);
+	assert_int_equal(data_size(f), 8004); /* not outside any more */
+	data_put(f);
+}
+
 static void test_open_drops_strays_and_keeps_valid_files(void **state)
 {
 	struct env *e = *state;
@@ -2671,6 +2717,7 @@ int main(void)
 		T(test_remove_deletes_dirty_open_file_and_its_log),
 		T(test_drop_clean_spares_open_and_dirty_files),
 		T(test_mark_dirty_all_needs_a_full_file_and_pins_it),
+		T(test_outside_writes_are_dirty_whole_and_outlive_a_crash),
 		T(test_open_drops_strays_and_keeps_valid_files),
 		T(test_new_files_take_the_emptied_files_of_removed_ones),
 		T(test_spares_hold_no_bytes_and_open_files_keep_theirs),
