@@ -23,20 +23,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../s3/buf.h"
 #include "acl.h"
+#include "opens.h"
 #include "serve.h"
 
 #define XATTR_LIST_MAX_BYTES 65536
 
 static void close_all_handles(struct fs *fs);
+static struct handle **handle_slot(struct fs *fs, uint64_t ino);
+static int pt_settle(struct fs *fs, uint64_t ino);
+static void pt_settle_all(struct fs *fs);
+static void pt_guard(struct fs *fs);
+static void open_opens(struct fs *fs);
+static void thaw(struct fs *fs, uint64_t ino, uint64_t size, int outside);
 
 uint64_t fs_now_ms(void)
 {
@@ -80,6 +91,7 @@ void fs_config_init(struct fs_config *cfg)
 	cfg->snapshot_interval_ms = FS_DEFAULT_SNAPSHOT_INTERVAL_MS;
 	cfg->reconcile_interval_ms = FS_DEFAULT_RECONCILE_INTERVAL_MS;
 	cfg->lease_interval_ms = LEASE_RENEW_S * 1000u;
+	cfg->passthrough = 1;
 }
 
 /* Mounted read-only, or fenced: another node took the write lease. */
@@ -307,6 +319,8 @@ static void recover_dirty_files(struct fs *fs)
 	for (size_t i = 0; i < n; i++) {
 		if (meta_getattr(fs->meta, v[i].ino, &a) || !S_ISREG(a.mode))
 			continue;
+		if (fs->opens)
+			thaw(fs, v[i].ino, a.size, v[i].outside);
 		struct meta_attr in = {.size = v[i].size};
 		if (v[i].size > a.size &&
 		    meta_setattr(fs->meta, v[i].ino, META_SET_GROW, &in,
@@ -331,8 +345,6 @@ static void settle_wait(struct fs *fs)
 	if (now < fs->settle_until_ms)
 		usleep((useconds_t)(fs->settle_until_ms - now) * 1000);
 }
-
-static struct handle **handle_slot(struct fs *fs, uint64_t ino);
 
 /* Whether d is a large file still being written: open, larger than a
  * single PUT (the multipart threshold), changed within the last half
@@ -855,6 +867,8 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 		       e.code, e.message);
 		ranges_free(&snap); /* hand back an empty snapshot */
 	}
+	/* passthrough writes meanwhile stay dirty */
+	pt_settle(fs, ino);
 	if (have_snap) {
 		int mc = data_mark_clean(df, &snap);
 		if (!rc)
@@ -918,6 +932,7 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 
 	int have_key = 0;
 	settle_wait(fs);
+	pt_settle(fs, ino); /* meta's size and times, for the headers */
 	pthread_rwlock_rdlock(&fs->s3_lock);
 	int rc = claim(fs, ino, NULL);
 	if (rc) {
@@ -1137,6 +1152,9 @@ static void *flusher_main(void *arg)
 		pthread_rwlock_wrlock(&fs->s3_lock);
 		drain_outbox(fs);
 		pthread_rwlock_unlock(&fs->s3_lock);
+		/* writes in passthrough become due like others */
+		pt_settle_all(fs);
+		pt_guard(fs);
 		uint64_t *inos = take_due(fs, fs_now_ms(), &n);
 		sync_list(fs, inos, n);
 		free(inos);
@@ -1204,6 +1222,7 @@ static void destroy_locks(struct fs *fs)
 	pthread_mutex_destroy(&fs->space_lock);
 	pthread_mutex_destroy(&fs->compose_lock);
 	pthread_cond_destroy(&fs->space_given);
+	pthread_mutex_destroy(&fs->pt_lock);
 	pthread_mutex_destroy(&fs->lock);
 }
 
@@ -1248,6 +1267,8 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_mutex_init(&fs->touch_lock, NULL);
 	pthread_cond_init(&fs->wake, NULL);
 	pthread_cond_init(&fs->bg_wake, NULL);
+	pthread_mutex_init(&fs->pt_lock, NULL);
+	open_opens(fs);
 	drop_orphans(fs);
 	recover_dirty_files(fs);
 	rc = load_dirty(fs);
@@ -1287,6 +1308,7 @@ int fs_destroy(struct fs *fs)
 	if (rc == 0 && fs->cfg.lease && !read_only(fs))
 		lease_release(fs->cfg.lease);
 	close_all_handles(fs);
+	opens_unmap(fs->opens);
 	data_close(fs->data);
 	destroy_locks(fs);
 	free(fs->dirty);
@@ -1445,10 +1467,27 @@ static size_t splice_max(void)
 		       : FS_MAX_WRITE;
 }
 
+/* Backing files for passthrough need CAP_SYS_ADMIN (the kernel's rule). */
+static int have_sys_admin(void)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) != 0)
+		return 0;
+	return (d[CAP_SYS_ADMIN / 32].effective >> (CAP_SYS_ADMIN % 32)) & 1;
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct fs *fs = userdata;
-	if (conn->capable & FUSE_CAP_WRITEBACK_CACHE)
+	/* passthrough or the writeback cache: the kernel takes one of the
+	 * two. Passthrough serves files the cache holds whole at the cache
+	 * disk's speed; without a capacity only (see "passthrough") */
+	int kept = serve_kept_passthrough();
+	if (kept == 1 || (kept < 0 && fs->opens && fs_capacity(fs) == 0 &&
+			  serve_offers_passthrough() && have_sys_admin()))
+		serve_want_passthrough();
+	else if (conn->capable & FUSE_CAP_WRITEBACK_CACHE)
 		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
 	fs->kernel_times = (conn->want & FUSE_CAP_WRITEBACK_CACHE) != 0;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
@@ -1485,10 +1524,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = FS(req);
-	struct meta_attr a;
+	struct meta_attr a = {0}, now;
 	int rc = check_name(name);
 	if (!rc)
 		rc = meta_lookup_ref(fs->meta, parent, name, &a);
+	if (!rc && pt_settle(fs, a.ino) &&
+	    meta_getattr(fs->meta, a.ino, &now) == 0)
+		a = now; /* its size and times after writes in passthrough */
 	if (rc == -ENOENT) {
 		/* negative entry: cached like a positive one (RWO) */
 		struct fuse_entry_param e = {
@@ -1523,6 +1565,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 	struct meta_attr a;
 	struct stat st;
 	(void)fi;
+	pt_settle(fs, ino);
 	int rc = meta_getattr(fs->meta, ino, &a);
 	if (rc) {
 		fuse_reply_err(req, -rc);
@@ -1591,6 +1634,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	uint64_t held = 0;
 	struct timespec now = fs_now_real();
 	(void)fi;
+	pt_settle(fs, ino);
 	int rc = read_only(fs) ? -EROFS : meta_getattr(fs->meta, ino, &cur);
 	if (rc)
 		goto fail;
@@ -2119,6 +2163,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	struct fs *fs = FS(req);
 	struct meta_attr a;
 	int rc = read_only(fs) ? -EROFS : check_name(newname);
+	pt_settle(fs, ino);
 	meta_batch_begin();
 	if (!rc)
 		rc = meta_link(fs->meta, ino, newparent, newname, &a);
@@ -2147,6 +2192,405 @@ static struct handle **handle_slot(struct fs *fs, uint64_t ino)
 	while (*p && (*p)->ino != ino)
 		p = &(*p)->next;
 	return p;
+}
+
+/* --- passthrough ----------------------------------------------------------
+ * With FUSE passthrough (serve.h) a regular file that the cache holds
+ * whole is opened with the kernel reading and writing its cache file
+ * itself, at the cache disk's own speed, with no request here.
+ * - The kernel wants all of an inode's opens in one mode: in passthrough,
+ *   on one backing file, or none. pt_open() follows the inode's other
+ *   opens; the first open gets passthrough when the file is FULL and the
+ *   volume has no capacity (a write in passthrough is never seen here, so
+ *   no quota could refuse it with ENOSPC). A set-user-ID or set-group-ID
+ *   file is not written in passthrough: the kernel would not clear the
+ *   bits (a write there is no FUSE_WRITE_KILL_SUIDGID request); bits set
+ *   while the file is open so stay after its writes.
+ * - Such writes are found afterwards: an open with write access marks the
+ *   cache file written outside (data_outside()), and pt_settle() compares
+ *   the file's size and mtime with what it saw last. On a change all of
+ *   it becomes dirty, and meta takes the file's size and times (the
+ *   kernel's own, of the write). It runs before each reply that carries
+ *   the inode's attributes, before fsync, truncate, fallocate and upload,
+ *   after an upload before its bytes are called clean, at each flusher
+ *   tick, and at the last writer's release.
+ * - The cache disk must keep room for the metadata store and the range
+ *   logs, which writes through this process never take (data.c's
+ *   reserve). An open may write in passthrough only while the disk has
+ *   2 * fs->pt_stop free; below fs->pt_stop, pt_guard() makes the cache
+ *   files open for writing immutable, so that further writes fail (EPERM)
+ *   until they are closed or room is back. That needs a cache disk that
+ *   refuses writes to an open immutable file (ext4 does; tmpfs does not):
+ *   pt_probe() checks, or there is no passthrough.
+ * - The kernel's opens outlive a worker: CACHE_DIR/opens records them
+ *   (opens.h), and the next worker adopts them (adopt_open()).
+ * fs->pt_lock orders the opens, releases and settlements of an inode. */
+
+/* fi->fh: the inode, and how it was opened */
+#define FS_FH_PT (1ull << 63)	    /* in passthrough */
+#define FS_FH_PT_WRITE (1ull << 62) /* with write access */
+
+/* The record of h in fs->opens (under fs->lock). */
+static void handle_record(struct fs *fs, struct handle *h)
+{
+	if (!fs->opens)
+		return;
+	struct opens_rec r = {h->ino, h->backing, (uint32_t)h->opens,
+			      h->pt,  h->writers, 0};
+	(void)opens_store(fs->opens, &h->slot, &r); /* full: no passthrough */
+}
+
+/* Sets (on) or clears the immutable flag of an open file. */
+static int freeze_fd(int fd, int on)
+{
+	int fl;
+	if (ioctl(fd, FS_IOC_GETFLAGS, &fl) != 0)
+		return -errno;
+	int want = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
+	if (want != fl && ioctl(fd, FS_IOC_SETFLAGS, &want) != 0)
+		return -errno;
+	return 0;
+}
+
+static uint64_t free_bytes(const char *dir)
+{
+	struct statvfs sv;
+	if (statvfs(dir, &sv) != 0)
+		return UINT64_MAX;
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+/* Whether passthrough writes can be stopped on the cache disk: a file
+ * made immutable there refuses writes through a descriptor opened
+ * before. Sets fs->pt_stop from the disk's size. */
+static int pt_probe(struct fs *fs)
+{
+	char path[PATH_MAX];
+	struct statvfs sv;
+	snprintf(path, sizeof(path), "%s/freeze-probe", fs->cache_dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int rc = fd < 0 ? -errno : freeze_fd(fd, 1);
+	if (!rc)
+		rc = write(fd, "x", 1) < 0 && errno == EPERM ? 0 : -ENOTSUP;
+	if (fd >= 0) {
+		(void)freeze_fd(fd, 0);
+		close(fd);
+		unlink(path);
+	}
+	if (rc)
+		fs_log("no FUSE passthrough: writes to open files cannot be "
+		       "stopped on the cache disk (%s)",
+		       strerror(-rc));
+	if (!rc && statvfs(fs->cache_dir, &sv) == 0) {
+		uint64_t disk = (uint64_t)sv.f_blocks * sv.f_frsize;
+		fs->pt_stop =
+			(disk / 8 < DATA_DEFAULT_RESERVE
+				 ? disk / 8
+				 : DATA_DEFAULT_RESERVE) +
+			(disk / 16 < FS_PT_MARGIN ? disk / 16 : FS_PT_MARGIN);
+	}
+	return rc;
+}
+
+/* Stops writes in passthrough while the cache disk is short of room
+ * (fs->pt_stop), and lets them go on once it has twice that again
+ * (eviction makes room meanwhile). Flusher tick. */
+static void pt_guard(struct fs *fs)
+{
+	static int told;
+	if (!__atomic_load_n(&fs->pt_writers, __ATOMIC_RELAXED))
+		return;
+	uint64_t room = free_bytes(fs->cache_dir);
+	int stop = room < fs->pt_stop, go = room >= 2 * fs->pt_stop;
+	if (!stop && !go)
+		return;
+	pthread_mutex_lock(&fs->pt_lock);
+	pthread_mutex_lock(&fs->lock);
+	for (size_t b = 0; b < FS_HANDLE_BUCKETS; b++)
+		for (struct handle *h = fs->handles[b]; h; h = h->next)
+			if (h->writers && h->frozen != stop &&
+			    freeze_fd(data_fd(h->df), stop) == 0)
+				h->frozen = stop;
+	pthread_mutex_unlock(&fs->lock);
+	pthread_mutex_unlock(&fs->pt_lock);
+	if (stop && !told)
+		fs_log("the cache disk is nearly full (%llu bytes free): "
+		       "writes to files open in passthrough fail (EPERM) "
+		       "until room is back",
+		       (unsigned long long)room);
+	told = stop;
+}
+
+static int ts_equal(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+/* df's cache file as it is: what later writes in passthrough change. */
+static void look(struct data_file *df, struct pt_seen *seen)
+{
+	struct stat st;
+	if (fstat(data_fd(df), &st) == 0)
+		*seen = (struct pt_seen){(uint64_t)st.st_size, st.st_mtim, 1};
+}
+
+/* Brings meta and the cache's record up to df's cache file after writes
+ * in passthrough; how: DATA_OUTSIDE_SEEN, or DATA_OUTSIDE_END for the
+ * last writer's release. 1 when the file had changed since *seen (which
+ * then describes it). Under fs->pt_lock. */
+static int settle_file(struct fs *fs, uint64_t ino, struct data_file *df,
+		       struct pt_seen *seen, int how)
+{
+	struct stat st;
+	if (fstat(data_fd(df), &st) != 0)
+		return 0;
+	/* not the ctime: this process renames the file at its first upload
+	 * ("<ino>.new"), which moves it */
+	int changed = !seen->valid || (uint64_t)st.st_size != seen->size ||
+		      !ts_equal(st.st_mtim, seen->mtime);
+	if (!changed && how == DATA_OUTSIDE_SEEN)
+		return 0;
+	int rc = data_outside(df, how | (changed ? DATA_OUTSIDE_SEEN : 0),
+			      (uint64_t)st.st_size);
+	if (rc) { /* seen stays: the next look tries again */
+		fs_log("inode %llu, written in passthrough: %s",
+		       (unsigned long long)ino, strerror(-rc));
+		return 0;
+	}
+	*seen = (struct pt_seen){(uint64_t)st.st_size, st.st_mtim, 1};
+	if (changed) {
+		struct meta_attr in = {.size = (uint64_t)st.st_size,
+				       .mtime = st.st_mtim,
+				       .ctime = st.st_ctim};
+		struct meta_attr out;
+		/* lazy: fdatasync needs no commit for a size that grew
+		 * (the range log has it) nor for the times */
+		meta_setattr(fs->meta, ino,
+			     META_SET_GROW | META_SET_MTIME | META_SET_CTIME |
+				     META_SET_LAZY,
+			     &in, &out);
+		mark_dirty(fs, ino, META_DIRTY_DATA);
+	}
+	return changed;
+}
+
+/* pt_settle() for ino: 1 when meta changed. */
+static int pt_settle(struct fs *fs, uint64_t ino)
+{
+	if (!__atomic_load_n(&fs->pt_writers, __ATOMIC_RELAXED))
+		return 0;
+	pthread_mutex_lock(&fs->pt_lock);
+	pthread_mutex_lock(&fs->lock);
+	struct handle *h = *handle_slot(fs, ino);
+	struct data_file *df = h && h->writers ? data_ref(h->df) : NULL;
+	struct pt_seen seen = df ? h->seen : (struct pt_seen){0};
+	pthread_mutex_unlock(&fs->lock);
+	int changed = 0;
+	if (df) {
+		changed = settle_file(fs, ino, df, &seen, DATA_OUTSIDE_SEEN);
+		pthread_mutex_lock(&fs->lock);
+		h = *handle_slot(fs, ino); /* pt_lock kept it */
+		if (h)
+			h->seen = seen;
+		pthread_mutex_unlock(&fs->lock);
+		data_put(df);
+	}
+	pthread_mutex_unlock(&fs->pt_lock);
+	return changed;
+}
+
+/* pt_settle() for every file open for writing in passthrough. */
+static void pt_settle_all(struct fs *fs)
+{
+	if (!__atomic_load_n(&fs->pt_writers, __ATOMIC_RELAXED))
+		return;
+	size_t n = 0, cap = 0;
+	uint64_t *inos = NULL;
+	pthread_mutex_lock(&fs->lock);
+	for (size_t b = 0; b < FS_HANDLE_BUCKETS; b++)
+		for (struct handle *h = fs->handles[b]; h; h = h->next) {
+			if (!h->writers)
+				continue;
+			if (n == cap) {
+				size_t c = cap ? cap * 2 : 16;
+				uint64_t *v = realloc(inos, c * sizeof(*v));
+				if (!v)
+					goto out;
+				inos = v;
+				cap = c;
+			}
+			inos[n++] = h->ino;
+		}
+out:
+	pthread_mutex_unlock(&fs->lock);
+	for (size_t i = 0; i < n; i++)
+		pt_settle(fs, inos[i]);
+	free(inos);
+}
+
+/* The mode of a new open of ino, counted already (file_ref_as()): with
+ * write access if writes. Passthrough sets fi and the reply's backing id.
+ * Under fs->pt_lock. Opens counted at once see no first among them, and
+ * all go through this process; those decided already set the mode of
+ * those that follow. */
+static int pt_open(struct fs *fs, uint64_t ino, struct data_file *df,
+		   int writes, struct fuse_file_info *fi)
+{
+	pthread_mutex_lock(&fs->lock);
+	struct handle *h = *handle_slot(fs, ino); /* pt_lock keeps it */
+	int must = h->pt > 0;
+	int first = h->opens == 1;
+	int backing = h->backing, begin = writes && h->writers == 0;
+	int may = must || (first && h->slot >= 0 && !fs->pt_off &&
+			   serve_passthrough() && fs_capacity(fs) == 0);
+	pthread_mutex_unlock(&fs->lock);
+	struct meta_attr a;
+	if (may && !must && writes &&
+	    (free_bytes(fs->cache_dir) < 2 * fs->pt_stop ||
+	     meta_getattr(fs->meta, ino, &a) != 0 ||
+	     (a.mode & (S_ISUID | S_ISGID))))
+		may = 0; /* short of room: through this process's reserve;
+			  * set-ID: its writes must clear it (serve.h) */
+	if (!may || (!must && !data_whole(df)))
+		return 0; /* through this process, as without passthrough */
+	if (!backing) {
+		backing = serve_backing_open(data_fd(df));
+		/* EPERM: no CAP_SYS_ADMIN; EINVAL: a cache disk the kernel
+		 * will not pass through to (an overlayfs) */
+		if ((backing == -EPERM || backing == -EINVAL) && !fs->pt_off) {
+			fs->pt_off = 1;
+			fs_log("no FUSE passthrough: the kernel refused the "
+			       "cache file as a backing file (%s)",
+			       strerror(-backing));
+		}
+		if (backing < 0)
+			return must ? -EIO : 0;
+	}
+	struct pt_seen seen = {0};
+	int rc = begin ? data_outside(df, DATA_OUTSIDE_BEGIN, 0) : 0;
+	if (!rc && begin)
+		look(df, &seen);
+	if (rc) {
+		if (!h->backing)
+			serve_backing_close(backing);
+		return must ? rc : 0;
+	}
+	pthread_mutex_lock(&fs->lock);
+	h->backing = backing;
+	h->pt++;
+	if (begin) {
+		h->seen = seen;
+		__atomic_add_fetch(&fs->pt_writers, 1, __ATOMIC_RELAXED);
+	}
+	h->writers += writes != 0;
+	handle_record(fs, h);
+	pthread_mutex_unlock(&fs->lock);
+	fi->fh |= FS_FH_PT | (writes ? FS_FH_PT_WRITE : 0);
+	fi->keep_cache = 0;
+	serve_reply_passthrough(backing);
+	return 0;
+}
+
+/* A RELEASE of an open with write access in passthrough. Under
+ * fs->pt_lock. */
+static void pt_writer_gone(struct fs *fs, uint64_t ino)
+{
+	struct data_file *df = NULL;
+	struct pt_seen seen = {0};
+	pthread_mutex_lock(&fs->lock);
+	struct handle *h = *handle_slot(fs, ino);
+	if (h && h->writers && --h->writers == 0) { /* the last */
+		df = data_ref(h->df);
+		seen = h->seen;
+		if (h->frozen && freeze_fd(data_fd(h->df), 0) == 0)
+			h->frozen = 0;
+		__atomic_sub_fetch(&fs->pt_writers, 1, __ATOMIC_RELAXED);
+	}
+	if (h)
+		handle_record(fs, h);
+	pthread_mutex_unlock(&fs->lock);
+	if (df) {
+		settle_file(fs, ino, df, &seen, DATA_OUTSIDE_END);
+		data_put(df);
+	}
+}
+
+/* One open the last worker recorded: a handle as it left it, holding
+ * the cache file (not evicted while the kernel may use it). */
+static void adopt_open(void *ctx, int slot, const struct opens_rec *r)
+{
+	struct fs *fs = ctx;
+	struct meta_attr a;
+	struct data_file *df = NULL;
+	struct handle *h = NULL;
+	int rc = meta_getattr(fs->meta, r->ino, &a);
+	if (!rc)
+		rc = data_get(fs->data, r->ino, a.size, &df);
+	if (!rc && !(h = calloc(1, sizeof(*h))))
+		rc = -ENOMEM;
+	if (rc) {
+		fs_log("the kernel's open of inode %llu: %s",
+		       (unsigned long long)r->ino, strerror(-rc));
+		if (df)
+			data_put(df);
+		return;
+	}
+	*h = (struct handle){r->ino, r->opens,	 df,   NULL, r->backing,
+			     r->pt,  r->writers, slot, {0},  0};
+	struct handle **p = handle_slot(fs, r->ino);
+	h->next = *p;
+	*p = h;
+	if (h->writers) {
+		/* the cache took all of it as dirty (data_open()), and the
+		 * store its size (recover_dirty_files()); the times of writes
+		 * the last worker had not seen are lost */
+		__atomic_add_fetch(&fs->pt_writers, 1, __ATOMIC_RELAXED);
+		(void)data_outside(df, DATA_OUTSIDE_BEGIN, 0);
+		look(df, &h->seen);
+	}
+}
+
+/* The kernel's opens a killed worker recorded (CACHE_DIR/opens; see
+ * "passthrough"): adopted, so that their cache files stay and the modes
+ * of new opens agree with theirs. */
+static void open_opens(struct fs *fs)
+{
+	char path[PATH_MAX];
+	if (!fs->cfg.passthrough || !fs->cache_dir ||
+	    snprintf(path, sizeof(path), "%s/opens", fs->cache_dir) >=
+		    (int)sizeof(path))
+		return;
+	int rc = pt_probe(fs);
+	if (!rc)
+		rc = opens_map(path, &fs->opens);
+	if (rc) {
+		if (rc != -ENOTSUP && rc != -ENOTTY && rc != -EPERM)
+			fs_log("no FUSE passthrough: %s: %s", path,
+			       strerror(-rc));
+		fs->opens = NULL;
+		return;
+	}
+	opens_each(fs->opens, adopt_open, fs);
+}
+
+/* A dirty cache file the last worker may have written in passthrough:
+ * made immutable by pt_guard(), it would refuse this process too. If
+ * outside (written when that worker stopped) and no open of the kernel
+ * holds it now, data_open() took all of it as dirty, and its record
+ * says so from here. */
+static void thaw(struct fs *fs, uint64_t ino, uint64_t size, int outside)
+{
+	struct data_file *df;
+	pthread_mutex_lock(&fs->lock);
+	struct handle *h = *handle_slot(fs, ino);
+	int held = h && h->writers;
+	pthread_mutex_unlock(&fs->lock);
+	if (data_get(fs->data, ino, size, &df))
+		return;
+	(void)freeze_fd(data_fd(df), 0); /* pt_guard() does it again */
+	if (outside && !held)
+		(void)data_outside(df, DATA_OUTSIDE_END, 0);
+	data_put(df);
 }
 
 /* Counts an open of ino (open) or makes sure it is known (an operation),
@@ -2179,11 +2623,14 @@ static int file_ref_as(struct fs *fs, uint64_t ino, int open, int reads,
 		}
 		h->df = df;
 		h->ino = ino;
+		h->slot = -1;
 		*p = h;
 		df = out ? data_ref(df) : NULL;
 	}
-	if (open || h->opens == 0)
+	if (open || h->opens == 0) {
 		h->opens++;
+		handle_record(fs, h);
+	}
 	if (open && reads)
 		data_open_read(h->df);
 	if (out) {
@@ -2202,18 +2649,35 @@ static int file_ref(struct fs *fs, uint64_t ino, int open,
 	return file_ref_as(fs, ino, open, 0, 0, out);
 }
 
-static void file_release(struct fs *fs, uint64_t ino)
+static void file_release(struct fs *fs, uint64_t ino, uint64_t fh)
 {
+	struct handle *h;
+	if (fs->opens)
+		pthread_mutex_lock(&fs->pt_lock);
+	if (fh & FS_FH_PT_WRITE)
+		pt_writer_gone(fs, ino);
 	pthread_mutex_lock(&fs->lock);
-	struct handle **p = handle_slot(fs, ino), *h = *p;
+	struct handle **p = handle_slot(fs, ino);
+	int backing = 0;
+	h = *p;
 	if (h) {
+		if ((fh & FS_FH_PT) && h->pt && --h->pt == 0) {
+			backing = h->backing;
+			h->backing = 0;
+		}
 		data_opens_left(h->df, --h->opens);
+		handle_record(fs, h);
 		if (h->opens == 0)
 			*p = h->next;
 		else
 			h = NULL;
 	}
 	pthread_mutex_unlock(&fs->lock);
+	/* the kernel let go of it before it sent the RELEASE */
+	if (backing)
+		serve_backing_close(backing);
+	if (fs->opens)
+		pthread_mutex_unlock(&fs->pt_lock);
 	if (h) {
 		data_uncache_all(h->df);
 		data_put(h->df);
@@ -2236,10 +2700,24 @@ static void close_all_handles(struct fs *fs)
 static int open_handle(struct fs *fs, uint64_t ino, int created,
 		       struct fuse_file_info *fi)
 {
+	struct data_file *df = NULL;
+	/* the cache file is made or opened outside fs->pt_lock too: other
+	 * opens must not wait for the cache disk (see file_ref_as()) */
 	int rc = file_ref_as(fs, ino, 1, (fi->flags & O_ACCMODE) != O_WRONLY,
-			     created, NULL);
+			     created, fs->opens ? &df : NULL);
 	fi->fh = ino;
-	fi->keep_cache = 1; /* one writer: the page cache stays valid */
+	/* one writer: the page cache stays valid; but writes in
+	 * passthrough bypass it, so with them it is read again at each
+	 * open that is not in passthrough */
+	fi->keep_cache = !serve_passthrough();
+	if (rc || !df)
+		return rc;
+	pthread_mutex_lock(&fs->pt_lock);
+	rc = pt_open(fs, ino, df, (fi->flags & O_ACCMODE) != O_RDONLY, fi);
+	pthread_mutex_unlock(&fs->pt_lock);
+	data_put(df);
+	if (rc) /* refused: no RELEASE will come */
+		file_release(fs, ino, fi->fh);
 	return rc;
 }
 
@@ -2278,7 +2756,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fill_entry(fs, &a, &e);
 	meta_ref(fs->meta, a.ino, 1);
 	if (fuse_reply_create(req, &e, fi) != 0) {
-		file_release(fs, a.ino);
+		file_release(fs, a.ino, fi->fh);
 		forget_one(fs, a.ino, 1);
 	}
 }
@@ -2402,8 +2880,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
-	(void)fi;
-	file_release(FS(req), ino);
+	file_release(FS(req), ino, fi ? fi->fh : 0);
 	fuse_reply_err(req, 0);
 }
 
@@ -2414,6 +2891,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	struct data_file *df = NULL;
 	(void)fi;
 	int rc;
+	pt_settle(fs, ino);
 	if (fs->cfg.durability_local) {
 		/* durable on the cache disk; the flusher uploads later. The
 		 * store's WAL is fsynced by its syncer while the data and its
@@ -2494,6 +2972,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct meta_attr self;
 	struct dir_fill d = {
 		req, fs, malloc(size ? size : 1), size, 0, plus, NULL, 0, 0};
+	if (plus) /* the entries carry sizes and times */
+		pt_settle_all(fs);
 	int rc = d.buf ? meta_getattr(fs->meta, ino, &self) : -ENOMEM;
 	if (!rc && !S_ISDIR(self.mode))
 		rc = -ENOTDIR;
@@ -2725,6 +3205,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 	struct data_file *df;
 	uint64_t end = (uint64_t)offset + (uint64_t)length;
 	(void)fi;
+	pt_settle(fs, ino);
 	int rc = mode ? -EOPNOTSUPP : file_ref(fs, ino, 0, &df);
 	if (rc) {
 		fuse_reply_err(req, -rc);

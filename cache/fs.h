@@ -41,6 +41,10 @@
  * 4 x 256 */
 #define FS_MAX_BACKGROUND 1024u
 #define FS_FLUSH_TICK_MS 100u
+/* room kept on the cache disk above data.c's reserve before writes in
+ * passthrough stop (at most a sixteenth of the disk): what a fast writer
+ * puts there in a few flusher ticks */
+#define FS_PT_MARGIN (512ull << 20)
 #define FS_LAZY_COMMIT_MS                                                      \
 	50u /* a write's mtime, at most this late in the store */
 #define FS_DEFAULT_SNAPSHOT_INTERVAL_MS (300u * 1000u)
@@ -62,6 +66,10 @@ struct fs_config {
 	unsigned reconcile_interval_ms; /* 0: never after the first */
 	struct lease *lease;		/* the write lease to renew; borrowed */
 	unsigned lease_interval_ms;	/* renewal period */
+	/* FUSE passthrough for files the cache holds whole, on a volume
+	 * without a capacity (1, the default; needs cache_dir, a kernel
+	 * that offers it, and CAP_SYS_ADMIN) */
+	int passthrough;
 };
 
 struct fs;

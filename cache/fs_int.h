@@ -91,6 +91,19 @@ struct fs {
 	int posix_acl;
 	/* the largest read reply sent by splice, set by INIT; 0: none */
 	size_t splice_max;
+	/* FUSE passthrough: fs->opens records the kernel's opens (NULL:
+	 * no passthrough); pt_off: the kernel refused a backing file
+	 * (no CAP_SYS_ADMIN); pt_lock orders the opens, releases and
+	 * settlements of passthrough files, outside every other lock;
+	 * pt_writers: handles with writers (atomic) */
+	struct opens *opens;
+	int pt_off;
+	pthread_mutex_t pt_lock;
+	unsigned pt_writers;
+	/* free bytes on the cache disk below which writes in passthrough
+	 * are stopped (pt_guard()); an open may write in passthrough only
+	 * with twice that free */
+	uint64_t pt_stop;
 
 	pthread_mutex_t lock; /* guards the dirty set, stop and bg state */
 	pthread_cond_t wake;  /* the flusher's */
@@ -158,11 +171,27 @@ struct fs {
 	struct handle *handles[FS_HANDLE_BUCKETS]; /* protected by lock */
 };
 
+/* A cache file as passthrough writes may have left it: what the fs last
+ * accounted for (pt_settle()). */
+struct pt_seen {
+	uint64_t size;
+	struct timespec mtime;
+	int valid; /* 0: never looked at; the next look counts as a change */
+};
+
 struct handle {
 	uint64_t ino;
 	uint64_t opens;	      /* OPENs not yet RELEASEd (1: adopted) */
 	struct data_file *df; /* a data cache reference */
 	struct handle *next;  /* in its bucket; protected by fs->lock */
+	/* FUSE passthrough (fs.c's "passthrough" section): the backing id
+	 * of df's cache file while opens in passthrough remain (pt), and
+	 * how many of those may write; slot: the record in fs->opens */
+	int backing;
+	uint32_t pt, writers;
+	int slot;
+	struct pt_seen seen;
+	int frozen; /* its cache file is immutable (pt_guard()) */
 };
 
 uint64_t fs_now_ms(void);

@@ -73,7 +73,7 @@ static void usage(FILE *f)
 		"           [--durability s3|local] [--upload-delay 2s] [--read-only]\n"
 		"           [--snapshot-interval 5m] [--reconcile-interval 10m]\n"
 		"           [--take-over] [--lease-interval 30s] [--s3-timeout 60s]\n"
-		"           [--node NAME] [--no-lease]\n"
+		"           [--node NAME] [--no-lease] [--no-passthrough]\n"
 		"           [-f] [--log-level debug|info|warn|error]\n"
 		"       tierfs unmount MOUNTPOINT --cache-dir DIR [--timeout 10m]\n"
 		"           (returns 0 once everything is in S3)\n"
@@ -194,6 +194,7 @@ enum {
 	OPT_LOG_LEVEL,
 	OPT_NODE,
 	OPT_NO_LEASE,
+	OPT_NO_PASSTHROUGH,
 };
 
 static const struct option long_opts[] = {
@@ -218,6 +219,7 @@ static const struct option long_opts[] = {
 	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},
 	{"node", required_argument, NULL, OPT_NODE},
 	{"no-lease", no_argument, NULL, OPT_NO_LEASE},
+	{"no-passthrough", no_argument, NULL, OPT_NO_PASSTHROUGH},
 	{"foreground", no_argument, NULL, 'f'},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -291,6 +293,9 @@ static int parse_args(int argc, char **argv, struct mount_opts *o)
 			break;
 		case OPT_NO_LEASE:
 			o->no_lease = 1;
+			break;
+		case OPT_NO_PASSTHROUGH:
+			o->fs.passthrough = 0;
 			break;
 		case OPT_NODE:
 			if (!*optarg || strlen(optarg) >= 64 ||
@@ -784,8 +789,13 @@ static int run(struct mount_opts *o, s3_client *s3, int report_fd)
 		report(report_fd, -rc);
 		return 1;
 	}
-	/* an INIT kept by an earlier mount is not this mount's */
+	/* an INIT kept by an earlier mount is not this mount's, nor are the
+	 * kernel's opens it recorded */
 	snprintf(path, sizeof(path), "%s/init.req", o->cache_dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/init.req.pt", o->cache_dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/opens", o->cache_dir);
 	unlink(path);
 
 	char fsname[128];

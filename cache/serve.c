@@ -29,6 +29,18 @@
  * keeps that flag for serve_request_kill_sgid() and cuts the request's
  * longer fuse_setxattr_in to the short form libfuse reads.
  *
+ * FUSE passthrough (Linux 6.9, protocol 7.40), which libfuse 3.14 knows
+ * nothing of: when the filesystem asks for it (serve_want_passthrough(),
+ * from its init) and the kernel offers it, the INIT reply gains
+ * FUSE_PASSTHROUGH and a max_stack_depth of 1; the kernel takes it only
+ * without FUSE_WRITEBACK_CACHE. An OPEN or CREATE handler that called
+ * serve_reply_passthrough() then has its reply carry FOPEN_PASSTHROUGH
+ * and the backing id of a cache file (serve_backing_open()): the kernel
+ * reads and writes that file itself, with no request for it here.
+ * Debian's headers predate it: fuse_init_out's max_stack_depth is their
+ * unused[0], fuse_open_out's backing_id their padding, and the flags and
+ * ioctls are spelled out below.
+ *
  * Each thread reads into a buffer of its own that is faulted in and
  * locked before the first read(). The kernel copies a request into that
  * buffer inside read(); when a page of it must be faulted in while a
@@ -50,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -68,8 +81,25 @@ static volatile sig_atomic_t stopping;
 static __thread int resent;
 static __thread int kill_suidgid;
 static __thread int kill_sgid;
-static uint64_t init_unique;  /* of the INIT this worker processed */
-static uint32_t init_offered; /* that INIT's flags */
+static uint64_t init_unique;   /* of the INIT this worker processed */
+static uint32_t init_offered;  /* that INIT's flags */
+static uint32_t init_offered2; /* and its flags2 (with FUSE_INIT_EXT) */
+static int passthrough_wanted;
+static int passthrough_on;
+static int passthrough_kept = -1; /* what the first worker's INIT said */
+static int session_fd = -1;
+static __thread int32_t reply_backing;
+
+#define SERVE_INIT_EXT (1u << 30)	  /* FUSE_INIT_EXT, in flags */
+#define SERVE_PASSTHROUGH2 (1u << 5)	  /* FUSE_PASSTHROUGH, bit 37 */
+#define SERVE_FOPEN_PASSTHROUGH (1u << 7) /* in open_flags */
+struct serve_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define SERVE_IOC_BACKING_OPEN _IOW(229, 1, struct serve_backing_map)
+#define SERVE_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 
 void serve_stop(void)
 {
@@ -90,6 +120,118 @@ int serve_request_kill_suidgid(void)
 int serve_request_kill_sgid(void)
 {
 	return kill_sgid;
+}
+
+int serve_offers_passthrough(void)
+{
+	return (init_offered & SERVE_INIT_EXT) &&
+	       (init_offered2 & SERVE_PASSTHROUGH2);
+}
+
+void serve_want_passthrough(void)
+{
+	passthrough_wanted = 1;
+}
+
+int serve_passthrough(void)
+{
+	return passthrough_on;
+}
+
+int serve_kept_passthrough(void)
+{
+	return passthrough_kept;
+}
+
+/* INIT_PATH.pt: whether the first worker's INIT reply asked for
+ * passthrough, for a worker that takes over (whose own reply the kernel
+ * refuses): the writeback cache or passthrough, whichever the mount has,
+ * outlives a change of the conditions (a capacity set since). */
+static void pt_path(char *out, size_t n, const char *init_path)
+{
+	snprintf(out, n, "%s.pt", init_path);
+}
+
+static void keep_passthrough(const char *init_path)
+{
+	char path[4096];
+	pt_path(path, sizeof(path), init_path);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, passthrough_on ? "1" : "0", 1) != 1)
+		fprintf(stderr, "tierfs: keeping %s: %s\n", path,
+			strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+static void load_kept_passthrough(const char *init_path)
+{
+	char path[4096], c = 0;
+	pt_path(path, sizeof(path), init_path);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && read(fd, &c, 1) == 1 && (c == '0' || c == '1'))
+		passthrough_kept = c == '1';
+	if (fd >= 0)
+		close(fd);
+}
+
+int serve_backing_open(int fd)
+{
+	struct serve_backing_map m = {.fd = fd};
+	int id = ioctl(session_fd, SERVE_IOC_BACKING_OPEN, &m);
+	return id < 0 ? -errno : id > 0 ? id : -EIO;
+}
+
+void serve_backing_close(int id)
+{
+	uint32_t v = (uint32_t)id;
+	if (ioctl(session_fd, SERVE_IOC_BACKING_CLOSE, &v) != 0)
+		fprintf(stderr, "tierfs: closing backing file %d: %s\n", id,
+			strerror(errno));
+}
+
+void serve_reply_passthrough(int backing_id)
+{
+	reply_backing = backing_id;
+}
+
+/* The INIT reply (fuse_init_out in full, as libfuse sends it to a
+ * kernel of protocol 7.23 or later) asks for passthrough. */
+static void init_add_passthrough(struct iovec *arg)
+{
+	struct fuse_init_out *out = arg->iov_base;
+	if (passthrough_kept >= 0) { /* a takeover: the kernel's, as it is */
+		passthrough_on = passthrough_kept;
+		return;
+	}
+	if (!passthrough_wanted || !serve_offers_passthrough() ||
+	    arg->iov_len < sizeof(*out) || (out->flags & FUSE_WRITEBACK_CACHE))
+		return; /* the kernel takes passthrough only without it */
+	out->flags |= SERVE_INIT_EXT;
+	out->flags2 |= SERVE_PASSTHROUGH2;
+	out->unused[0] = 1; /* max_stack_depth: the cache dir is no FUSE */
+	passthrough_on = 1;
+}
+
+/* An OPEN reply (fuse_open_out) or CREATE reply (fuse_entry_out, then
+ * fuse_open_out) of this thread's handler gets the backing id it asked
+ * for. */
+static void open_add_passthrough(const struct fuse_out_header *oh,
+				 struct iovec *iov, int count)
+{
+	const size_t open_len = sizeof(struct fuse_open_out);
+	int32_t id = reply_backing;
+	reply_backing = 0;
+	if (!id || count != 2 || oh->error != 0 ||
+	    (iov[1].iov_len != open_len &&
+	     iov[1].iov_len != sizeof(struct fuse_entry_out) + open_len))
+		return;
+	struct fuse_open_out out;
+	char *at = (char *)iov[1].iov_base + iov[1].iov_len - open_len;
+	memcpy(&out, at, open_len);
+	out.open_flags |= SERVE_FOPEN_PASSTHROUGH;
+	out.padding = (uint32_t)id; /* backing_id */
+	memcpy(at, &out, open_len);
 }
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
@@ -116,6 +258,11 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 		struct fuse_init_out *out = iov[1].iov_base;
 		out->flags |= init_offered & SERVE_ADDED_FLAGS;
 	}
+	if (init_unique && count == 2 && oh->unique == init_unique &&
+	    oh->error == 0)
+		init_add_passthrough(&iov[1]);
+	else if (reply_backing)
+		open_add_passthrough(oh, iov, count);
 	return writev(fd, iov, count);
 }
 
@@ -164,6 +311,9 @@ static void note_init(const void *mem, size_t n)
 	const struct fuse_init_in *in =
 		(const void *)((const char *)mem + sizeof(*h));
 	init_offered = in->flags;
+	if (n >= sizeof(*h) + offsetof(struct fuse_init_in, flags2) +
+			 sizeof(uint32_t))
+		init_offered2 = in->flags2;
 	init_unique = h->unique;
 }
 
@@ -360,6 +510,7 @@ static int first_init(struct fuse_session *se, const char *path,
 	if (rc != -EPROTO) {
 		note_init(b.mem, (size_t)n);
 		process(se, &b, (size_t)n);
+		keep_passthrough(path);
 	}
 	buf_close(&b);
 	return rc == -EPROTO ? rc : 0;
@@ -384,6 +535,7 @@ static int takeover_init(struct fuse_session *se, const char *path)
 	buf.mem = mem;
 	buf.size = (size_t)n;
 	note_init(mem, (size_t)n);
+	load_kept_passthrough(path);
 	fuse_session_process_buf(se, &buf); /* its reply: ENOENT, ignored */
 	free(mem);
 	struct fuse_out_header oh = {
@@ -409,6 +561,7 @@ int serve_run(struct fuse_session *se, const struct serve_config *cfg)
 	size_t max_write =
 		cfg->max_write ? cfg->max_write : SERVE_DEFAULT_MAX_WRITE;
 	struct serve_thread_arg arg = {se, max_write};
+	session_fd = fuse_session_fd(se);
 	int takeover = access(cfg->init_path, F_OK) == 0;
 	int rc = takeover ? takeover_init(se, cfg->init_path)
 			  : first_init(se, cfg->init_path, max_write);

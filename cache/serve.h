@@ -59,4 +59,25 @@ int serve_request_kill_suidgid(void);
  * clear set-group-ID (FUSE_SETXATTR_ACL_KILL_SGID, see serve.c). */
 int serve_request_kill_sgid(void);
 
+/* FUSE passthrough (see serve.c). serve_offers_passthrough(): the INIT
+ * being processed offers it (for the filesystem's init);
+ * serve_want_passthrough(): its reply is to ask for it;
+ * serve_passthrough(): it did. */
+int serve_offers_passthrough(void);
+void serve_want_passthrough(void);
+int serve_passthrough(void);
+/* In a worker that takes over: 1 or 0, what the mount's INIT reply said
+ * of passthrough (the kernel keeps that); -1 in the first worker, or
+ * when that is not known. */
+int serve_kept_passthrough(void);
+/* Registers fd (a cache file) with the kernel for passthrough: its
+ * backing id (> 0), or -errno (-EPERM without CAP_SYS_ADMIN). The id
+ * stays until serve_backing_close(); files the kernel opened on it keep
+ * it alive after that. */
+int serve_backing_open(int fd);
+void serve_backing_close(int id);
+/* The OPEN or CREATE reply this thread sends next is a passthrough open
+ * of backing_id. */
+void serve_reply_passthrough(int backing_id);
+
 #endif

@@ -1,0 +1,413 @@
+"""test_fs_passthrough.py: files the cache holds whole are served by the
+kernel itself (FUSE passthrough), and nothing they write is lost.
+
+On a volume without a capacity, tierfs opens such a file in passthrough:
+the kernel reads and writes the cache file with no request to the worker.
+The worker learns of the writes afterwards (the cache file's size and
+times), so these tests check what a user sees of them: stat, the bytes
+in S3 after close and fsync, and the same after the worker or the whole
+daemon is killed while the file is open. Whether an open is in
+passthrough shows by stopping the worker (SIGSTOP): I/O in passthrough
+still completes, I/O through the worker waits for it. Run under
+`eval "$(hack/s3-local.sh env)"`; needs Linux >= 6.9 and root.
+"""
+
+import errno
+import mmap
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from s3util import BUCKET, body, skip_unless_s3
+from tierfs_mount import Mount
+
+skip_unless_s3()
+
+from test_fs_restart import kill_worker  # noqa: E402
+
+ARGS = ("--upload-delay", "100ms", "--durability", "local")
+MiB = 1 << 20
+
+
+def mounted(volume, tmp_path, *extra):
+    url, _ = volume
+    return Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *ARGS,
+                 *extra)
+
+
+def wait_stopped(pid):
+    """Until every thread of pid has stopped: kill() returns before, and
+    a thread may still take a request meanwhile."""
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that ended
+        if all(s in ("T", "t") for s in states):
+            return
+        assert time.monotonic() < deadline, states
+        time.sleep(0.01)
+
+
+def served_by_kernel(m, io, wait=3.0):
+    """Runs io() with the worker stopped: True when it completed (the
+    kernel served it), False when it waited for the worker."""
+    (worker,) = m.workers()
+    done = threading.Event()
+    err = []
+
+    def run():
+        try:
+            io()
+        except OSError as e:  # pragma: no cover - reported below
+            err.append(e)
+        done.set()
+
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        wait_stopped(worker)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        finished = done.wait(wait)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    t.join(30)
+    assert not err, err
+    return finished
+
+
+def wait_for_object(s3, key, want, timeout=30):
+    deadline = time.monotonic() + timeout
+    got = None
+    while time.monotonic() < deadline:
+        try:
+            got = body(s3, key)
+        except Exception:  # not there yet
+            got = None
+        if got == want:
+            return
+        time.sleep(0.2)
+    assert got == want, (key, None if got is None else len(got), len(want))
+
+
+def test_a_whole_cached_file_is_read_and_written_by_the_kernel(
+        volume, s3, tmp_path):
+    _, prefix = volume
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "f"
+        p.write_bytes(b"a" * MiB)
+        fd = os.open(p, os.O_RDWR)
+        try:
+            assert served_by_kernel(m, lambda: os.pwrite(fd, b"b" * 4096,
+                                                         8192))
+            assert served_by_kernel(m, lambda: os.pread(fd, 4096, 8192))
+            assert os.pread(fd, 4096, 8192) == b"b" * 4096
+        finally:
+            os.close(fd)
+        want = b"a" * 8192 + b"b" * 4096 + b"a" * (MiB - 12288)
+        assert p.read_bytes() == want
+        wait_for_object(s3, f"{prefix}/f", want)
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_no_passthrough_and_a_capacity_keep_io_in_the_worker(volume,
+                                                            tmp_path):
+    """--no-passthrough, and a capacity (no write may pass it unseen):
+    a direct read waits for the worker."""
+    for extra in ((), ("--no-passthrough",), ("--capacity", "64M")):
+        m = mounted(volume, tmp_path, *extra)
+        try:
+            p = Path(m.mountpoint) / "f"
+            p.write_bytes(b"a" * 4096)
+            buf = mmap.mmap(-1, 4096)
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECT)
+            try:
+                kernel = served_by_kernel(
+                    m, lambda: os.preadv(fd, [buf], 0), wait=1.0)
+            finally:
+                os.close(fd)
+            assert kernel == (extra == ()), extra
+            assert buf[:] == b"a" * 4096
+        finally:
+            assert m.unmount() == 0, m.output()
+
+
+def test_stat_follows_writes_truncates_and_utime_of_an_open_file(
+        volume, s3, tmp_path):
+    _, prefix = volume
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "f"
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            before = os.stat(p)
+            time.sleep(0.05)
+            os.pwrite(fd, b"x" * 10000, 0)
+            st = os.stat(p)
+            assert st.st_size == 10000
+            assert st.st_mtime_ns > before.st_mtime_ns
+            assert os.fstat(fd).st_size == 10000
+            # a listing carries sizes too
+            assert [e.stat().st_size for e in os.scandir(m.mountpoint)
+                    if e.name == "f"] == [10000]
+            os.utime(p, ns=(1_000_000_000, 2_000_000_000))
+            assert os.stat(p).st_mtime_ns == 2_000_000_000
+            os.ftruncate(fd, 5000)
+            assert os.stat(p).st_size == 5000
+            os.pwrite(fd, b"y" * 100, 6000)  # past the end: a hole
+            assert os.stat(p).st_size == 6100
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        want = b"x" * 5000 + b"\0" * 1000 + b"y" * 100
+        assert p.read_bytes() == want
+        wait_for_object(s3, f"{prefix}/f", want)
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_writes_while_uploads_run_all_reach_s3(volume, s3, tmp_path):
+    """An upload that starts while the file is written must not leave
+    later bytes marked as sent."""
+    _, prefix = volume
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "log"
+        want = bytearray()
+        with open(p, "wb", buffering=0) as f:
+            for i in range(60):
+                chunk = (b"%06d" % i) * 2000
+                f.write(chunk)
+                want += chunk
+                time.sleep(0.03)  # uploads (100 ms after a change) run
+        assert p.read_bytes() == bytes(want)
+        wait_for_object(s3, f"{prefix}/log", bytes(want))
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/log") == bytes(want)
+
+
+def test_mmap_writes_of_a_file_in_passthrough_reach_s3(volume, s3, tmp_path):
+    _, prefix = volume
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "m"
+        p.write_bytes(b"\0" * 65536)
+        with open(p, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 65536)
+            mm[100:105] = b"hello"
+            mm.flush()
+            mm.close()
+        want = b"\0" * 100 + b"hello" + b"\0" * (65536 - 105)
+        assert p.read_bytes() == want
+        wait_for_object(s3, f"{prefix}/m", want)
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_a_killed_worker_leaves_open_files_to_the_next_one(volume, s3,
+                                                          tmp_path):
+    """The kernel keeps writing an open file while its worker is replaced;
+    the next worker knows the open (a new open of the file succeeds in
+    the same mode, its cache file stays), and what was written before and
+    after reaches S3 once it is closed."""
+    _, prefix = volume
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "g"
+        a, b, c = os.urandom(MiB), os.urandom(MiB), os.urandom(4096)
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.pwrite(fd, a, 0)
+            kill_worker(m)
+            os.pwrite(fd, b, MiB)
+            assert os.fstat(fd).st_size == 2 * MiB
+            with open(p, "rb") as again:  # another open, in passthrough
+                assert again.read(MiB) == a
+            os.pwrite(fd, c, 100)
+            assert served_by_kernel(m, lambda: os.pwrite(fd, c, 100))
+            time.sleep(0.5)  # the new worker uploads meanwhile
+            kill_worker(m)
+        finally:
+            os.close(fd)
+        want = bytearray(a + b)
+        want[100:100 + 4096] = c
+        assert p.read_bytes() == bytes(want)
+        wait_for_object(s3, f"{prefix}/g", bytes(want))
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/g") == bytes(want)
+
+
+def test_a_killed_daemon_loses_no_write_made_in_passthrough(volume, s3,
+                                                            tmp_path):
+    """The whole daemon dies with a file open and written in passthrough
+    past the size the cache's log knows (the file was in S3 already, so
+    it has a log): the next mount on the cache dir takes the cache file
+    as it is, and uploads it."""
+    _, prefix = volume
+    m = mounted(volume, tmp_path)
+    p = Path(m.mountpoint) / "h"
+    data = os.urandom(3 * MiB + 123)
+    p.write_bytes(data[:MiB])
+    wait_for_object(s3, f"{prefix}/h", data[:MiB])
+    fd = os.open(p, os.O_RDWR)
+    os.pwrite(fd, data[MiB:], MiB)
+    m.kill_daemon()
+    try:
+        os.close(fd)
+    except OSError:
+        pass  # the connection is gone
+    m = mounted(volume, tmp_path)
+    try:
+        assert Path(m.mountpoint, "h").read_bytes() == data
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/h") == data
+
+
+@pytest.mark.parametrize("first", ["read", "write"])
+def test_opens_of_one_file_share_its_mode(volume, tmp_path, first):
+    """Every open of an inode must be in the mode of those already open,
+    or the kernel fails it with EIO."""
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "f"
+        p.write_bytes(b"z" * 8192)
+        flags = [os.O_RDONLY, os.O_RDWR]
+        if first == "write":
+            flags.reverse()
+        fds = [os.open(p, f) for f in flags]
+        try:
+            os.pwrite(fds[flags.index(os.O_RDWR)], b"q", 0)
+            assert os.pread(fds[flags.index(os.O_RDONLY)], 1, 0) == b"q"
+        finally:
+            for fd in fds:
+                os.close(fd)
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+@pytest.fixture
+def small_ext4(tmp_path):
+    """A 256 MiB ext4 on a loop device, for a cache dir: passthrough
+    needs a cache disk that refuses writes to an open immutable file,
+    which tmpfs is not."""
+    img, d = tmp_path / "disk.img", tmp_path / "small-ext4"
+    with open(img, "wb") as f:
+        f.truncate(256 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+    d.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(img), str(d)], check=True)
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_a_nearly_full_cache_disk_stops_writes_in_passthrough(
+        volume, s3, tmp_path, small_ext4):
+    """A file open for writing in passthrough fills the cache disk: its
+    writes are stopped (EPERM) while the disk still has the room the
+    metadata store needs, so the mount goes on; once the file is closed
+    and uploaded, its room comes back."""
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(small_ext4 / "c"), *ARGS)
+    try:
+        p = Path(m.mountpoint) / "big"
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+        chunk, written = os.urandom(MiB), 0
+        try:
+            # the first write asks the worker for "security.capability"
+            os.pwrite(fd, chunk, 0)
+            assert served_by_kernel(m, lambda: os.pwrite(fd, chunk, 0))
+            with pytest.raises(OSError) as e:
+                while written < 300 * MiB:
+                    os.pwrite(fd, chunk, written)
+                    written += MiB
+                    time.sleep(0.02)  # a few MiB per flusher tick
+            assert e.value.errno == errno.EPERM, e.value
+        finally:
+            os.close(fd)
+        assert written >= 100 * MiB
+        # the metadata store still commits
+        (Path(m.mountpoint) / "note").write_text("still here\n")
+        os.sync()
+        want = chunk * (written // MiB)
+        wait_for_object(s3, f"{prefix}/big", want, timeout=120)
+        # uploaded and closed: evicted as needed, and writes go on
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                (Path(m.mountpoint) / "after").write_bytes(b"a" * 50 * MiB)
+                break
+            except OSError as err:
+                assert err.errno == errno.ENOSPC, err
+                assert time.monotonic() < deadline, m.output()
+                time.sleep(0.5)
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/note") == b"still here\n"
+
+
+def test_a_worker_taking_over_keeps_the_mounts_caching_mode(volume,
+                                                           tmp_path):
+    """A capacity set since the mount would make a new worker pick the
+    writeback cache; the kernel keeps the mode of the mount's INIT (no
+    writeback cache), and a write must still move the mtime."""
+    from tierfs_mount import TIERFS
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "f"
+        p.write_bytes(b"a" * 8192)
+        r = subprocess.run([TIERFS, "resize", m.mountpoint, "--cache-dir",
+                            m.cache_dir, "--capacity", "64M"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        kill_worker(m)
+        before = os.stat(p).st_mtime_ns
+        time.sleep(0.05)
+        fd = os.open(p, os.O_RDWR)  # not in passthrough: a capacity now
+        try:
+            assert not served_by_kernel(m, lambda: os.pwrite(fd, b"b", 0),
+                                        wait=1.0)
+        finally:
+            os.close(fd)
+        assert os.stat(p).st_mtime_ns > before
+        assert p.read_bytes() == b"b" + b"a" * 8191
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
+def test_an_open_for_writing_that_writes_nothing_keeps_the_mtime(volume,
+                                                                tmp_path):
+    """Jupyter's "file changed on disk" check: opening a file read-write
+    (as SQLite and editors do) and closing it, across a worker restart
+    too, must not move its mtime."""
+    m = mounted(volume, tmp_path)
+    try:
+        p = Path(m.mountpoint) / "nb.ipynb"
+        p.write_bytes(b"{}" * 5000)
+        os.utime(p, ns=(1_000_000_000, 2_000_000_000))
+        fd = os.open(p, os.O_RDWR)
+        try:
+            assert os.pread(fd, 2, 0) == b"{}"
+            time.sleep(0.3)  # flusher ticks settle the open file
+            assert os.stat(p).st_mtime_ns == 2_000_000_000
+            kill_worker(m)
+            time.sleep(0.3)
+            assert os.stat(p).st_mtime_ns == 2_000_000_000
+        finally:
+            os.close(fd)
+        assert os.stat(p).st_mtime_ns == 2_000_000_000
+    finally:
+        assert m.unmount() == 0, m.output()
