@@ -166,10 +166,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -188,6 +190,8 @@
 #define DATA_NEW_SUFFIX ".new"
 #define DATA_BOOT_NAME "boot"	  /* the boot id of the last open */
 #define DATA_SYNCED_NAME "synced" /* the last close synced everything */
+#define DATA_FROZEN_NAME "frozen" /* a cache file may be immutable */
+#define DATA_FREEZE_PROBE_NAME "freeze-probe"
 #define DATA_BOOT_ID_MAX 64
 #define DATA_PREFETCH_BATCH 4 /* pieces a read may queue */
 /* a file with at most this many streams lets a settled one plan
@@ -301,7 +305,8 @@ struct data {
 	/* atomics (updated under a file lock, read anywhere) */
 	uint64_t cached;
 	uint64_t dirty;
-	uint64_t reserve; /* free bytes writes leave (for the meta store) */
+	uint64_t reserve;  /* free bytes writes leave (for the meta store) */
+	int frozen_marked; /* DATA_FROZEN_NAME is on the disk */
 	/* room_for()'s last fstatvfs: when (CLOCK_MONOTONIC ms), and how many
 	 * bytes writes may still take before it is asked again */
 	uint64_t room_at_ms;
@@ -1713,6 +1718,7 @@ static int load_all(struct data *d)
 	}
 	int rc = 0;
 	struct dirent *de;
+	rewinddir(dir); /* dirfd's offset, which its dup shares */
 	/* pass 0: ".new" files (before the logs: one may be adopted) */
 	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL) {
 		uint64_t ino;
@@ -1875,6 +1881,136 @@ static void free_all_files(struct data *d)
 	free(d->buckets);
 }
 
+/* ---- frozen files ----
+ * Writes in passthrough reach a cache file through the kernel, not this
+ * process; when the cache disk is nearly full the only way to stop them
+ * is to make the file immutable (data_freeze(), from fs.c's pt_guard()).
+ * A process killed meanwhile leaves it so, and an immutable file cannot
+ * be opened for writing, renamed or unlinked: the next open of the cache
+ * could not take it, and its bytes would never be uploaded. So the first
+ * freeze leaves a marker, DATA_FROZEN_NAME, and data_open() thaws every
+ * cache file while the marker is there. */
+
+static int set_immutable(int fd, int on)
+{
+	int fl;
+	if (ioctl(fd, FS_IOC_GETFLAGS, &fl) != 0)
+		return -errno;
+	int want = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
+	if (want != fl && ioctl(fd, FS_IOC_SETFLAGS, &want) != 0)
+		return -errno;
+	return 0;
+}
+
+/* Clears the immutable flag of the file name in the cache directory. */
+static int thaw_name(struct data *d, const char *name)
+{
+	int fd = openat(d->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	int rc = set_immutable(fd, 0);
+	(void)close(fd);
+	return rc;
+}
+
+/* Every regular file of the directory thawed, when the marker says one
+ * may be frozen; the marker goes once all of them are. A file left
+ * frozen is told of, and refuses the calls that need it writable. */
+static int thaw_all(struct data *d)
+{
+	if (faccessat(d->dirfd, DATA_FROZEN_NAME, F_OK, 0) != 0)
+		return errno == ENOENT ? 0 : -errno;
+	/* a description of its own: a dup() of dirfd would share its
+	 * offset, and leave load_all() at the end of the directory */
+	int dfd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dir = dfd < 0 ? NULL : fdopendir(dfd);
+	if (!dir) {
+		int rc = -errno;
+		if (dfd >= 0)
+			(void)close(dfd);
+		return rc;
+	}
+	int rc = 0;
+	size_t failed = 0;
+	struct dirent *de;
+	while ((errno = 0, de = readdir(dir)) != NULL) {
+		if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN)
+			continue;
+		int one = thaw_name(d, de->d_name);
+		if (one && one != -ENOTTY && one != -ENOTSUP) {
+			if (!failed++)
+				rc = one;
+		}
+	}
+	if (!rc && errno)
+		rc = -errno;
+	(void)closedir(dir);
+	if (rc) {
+		fprintf(stderr,
+			"tierfs: data: %zu cache files may still be "
+			"immutable: %s\n",
+			failed ? failed : 1, strerror(-rc));
+		d->frozen_marked = 1; /* tried again at the next open */
+		return rc;
+	}
+	if (unlinkat(d->dirfd, DATA_FROZEN_NAME, 0) && errno != ENOENT)
+		d->frozen_marked = 1;
+	return 0;
+}
+
+/* The marker, on the disk before the first freeze. */
+static int mark_frozen(struct data *d)
+{
+	if (__atomic_load_n(&d->frozen_marked, __ATOMIC_ACQUIRE))
+		return 0;
+	int fd = openat(d->dirfd, DATA_FROZEN_NAME,
+			O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) ? -errno : 0;
+	if (close(fd) && !rc)
+		rc = -errno;
+	if (!rc && fsync(d->dirfd))
+		rc = -errno;
+	if (!rc)
+		__atomic_store_n(&d->frozen_marked, 1, __ATOMIC_RELEASE);
+	return rc;
+}
+
+int data_freeze(struct data_file *f, int on)
+{
+	if (on) {
+		int rc = mark_frozen(f->d);
+		if (rc)
+			return rc;
+	}
+	return set_immutable(f->fd, on);
+}
+
+int data_freeze_works(struct data *d)
+{
+	int rc = thaw_name(d, DATA_FREEZE_PROBE_NAME); /* a killed probe's */
+	if (rc && rc != -ENOTTY && rc != -ENOTSUP)
+		return rc;
+	int fd = openat(d->dirfd, DATA_FREEZE_PROBE_NAME,
+			O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+			0600);
+	if (fd < 0)
+		return -errno;
+	rc = set_immutable(fd, 1);
+	if (!rc)
+		rc = write(fd, "x", 1) < 0 && errno == EPERM ? 0 : -ENOTSUP;
+	(void)set_immutable(fd, 0);
+	(void)close(fd);
+	(void)unlinkat(d->dirfd, DATA_FREEZE_PROBE_NAME, 0);
+	return rc;
+}
+
+uint64_t data_reserve(const struct data *d)
+{
+	return d->reserve;
+}
+
 int data_open(const struct data_config *cfg, struct data **out)
 {
 	int rc;
@@ -1933,6 +2069,7 @@ int data_open(const struct data_config *cfg, struct data **out)
 	}
 	char boot[DATA_BOOT_ID_MAX];
 	int same_boot, synced;
+	(void)thaw_all(d); /* what it could not thaw, it told */
 	boot_id_now(d, boot);
 	d->distrust = !logs_trusted(d, boot, &same_boot, &synced);
 	rc = load_all(d);

@@ -212,6 +212,20 @@ int data_outside(struct data_file *f, int how, uint64_t size);
  * into fd, taking no room in the cache: for an upload that a full cache
  * disk cannot hydrate. fd starts as zeros (a new memfd or sparse file). */
 int data_compose(struct data_file *f, int fd, uint64_t off, uint64_t len);
+/* Makes the cache file immutable (on) or not: writes through any open
+ * descriptor of it fail with EPERM, also the kernel's in FUSE
+ * passthrough. The first freeze leaves a marker in the cache directory,
+ * and while it is there data_open() thaws every cache file, so that
+ * one a killed process left frozen can be written, renamed and
+ * uploaded again. -ENOTTY or -ENOTSUP where the disk has no such flag. */
+int data_freeze(struct data_file *f, int on);
+/* 0 when data_freeze() stops writes on the cache disk (ext4's does): a
+ * probe file is made, frozen and written to. */
+int data_freeze_works(struct data *d);
+/* The free bytes writes through this process leave on the cache disk
+ * for the metadata store (data_config.reserve, at most an eighth of the
+ * disk). */
+uint64_t data_reserve(const struct data *d);
 /* The cache file's descriptor, for s3_put_fd()/s3_upload_fd() and
  * data_place(). Valid while the reference is held. */
 int data_fd(struct data_file *f);

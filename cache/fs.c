@@ -24,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -47,7 +45,7 @@ static int pt_settle(struct fs *fs, uint64_t ino);
 static void pt_settle_all(struct fs *fs);
 static void pt_guard(struct fs *fs);
 static void open_opens(struct fs *fs);
-static void thaw(struct fs *fs, uint64_t ino, uint64_t size, int outside);
+static void end_outside(struct fs *fs, uint64_t ino, uint64_t size);
 
 uint64_t fs_now_ms(void)
 {
@@ -319,8 +317,8 @@ static void recover_dirty_files(struct fs *fs)
 	for (size_t i = 0; i < n; i++) {
 		if (meta_getattr(fs->meta, v[i].ino, &a) || !S_ISREG(a.mode))
 			continue;
-		if (fs->opens)
-			thaw(fs, v[i].ino, a.size, v[i].outside);
+		if (v[i].outside)
+			end_outside(fs, v[i].ino, a.size);
 		struct meta_attr in = {.size = v[i].size};
 		if (v[i].size > a.size &&
 		    meta_setattr(fs->meta, v[i].ino, META_SET_GROW, &in,
@@ -2240,18 +2238,6 @@ static void handle_record(struct fs *fs, struct handle *h)
 	(void)opens_store(fs->opens, &h->slot, &r); /* full: no passthrough */
 }
 
-/* Sets (on) or clears the immutable flag of an open file. */
-static int freeze_fd(int fd, int on)
-{
-	int fl;
-	if (ioctl(fd, FS_IOC_GETFLAGS, &fl) != 0)
-		return -errno;
-	int want = on ? fl | FS_IMMUTABLE_FL : fl & ~FS_IMMUTABLE_FL;
-	if (want != fl && ioctl(fd, FS_IOC_SETFLAGS, &want) != 0)
-		return -errno;
-	return 0;
-}
-
 static uint64_t free_bytes(const char *dir)
 {
 	struct statvfs sv;
@@ -2260,23 +2246,14 @@ static uint64_t free_bytes(const char *dir)
 	return (uint64_t)sv.f_bavail * sv.f_frsize;
 }
 
-/* Whether passthrough writes can be stopped on the cache disk: a file
- * made immutable there refuses writes through a descriptor opened
- * before. Sets fs->pt_stop from the disk's size. */
+/* Whether passthrough writes can be stopped on the cache disk
+ * (data_freeze_works()). Sets fs->pt_stop from the disk's size: the
+ * data cache's reserve and a margin for what writers add before the
+ * guard stops them. */
 static int pt_probe(struct fs *fs)
 {
-	char path[PATH_MAX];
 	struct statvfs sv;
-	snprintf(path, sizeof(path), "%s/freeze-probe", fs->cache_dir);
-	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	int rc = fd < 0 ? -errno : freeze_fd(fd, 1);
-	if (!rc)
-		rc = write(fd, "x", 1) < 0 && errno == EPERM ? 0 : -ENOTSUP;
-	if (fd >= 0) {
-		(void)freeze_fd(fd, 0);
-		close(fd);
-		unlink(path);
-	}
+	int rc = data_freeze_works(fs->data);
 	if (rc)
 		fs_log("no FUSE passthrough: writes to open files cannot be "
 		       "stopped on the cache disk (%s)",
@@ -2284,9 +2261,7 @@ static int pt_probe(struct fs *fs)
 	if (!rc && statvfs(fs->cache_dir, &sv) == 0) {
 		uint64_t disk = (uint64_t)sv.f_blocks * sv.f_frsize;
 		fs->pt_stop =
-			(disk / 8 < DATA_DEFAULT_RESERVE
-				 ? disk / 8
-				 : DATA_DEFAULT_RESERVE) +
+			data_reserve(fs->data) +
 			(disk / 16 < FS_PT_MARGIN ? disk / 16 : FS_PT_MARGIN);
 	}
 	return rc;
@@ -2309,7 +2284,7 @@ static void pt_guard(struct fs *fs)
 	for (size_t b = 0; b < FS_HANDLE_BUCKETS; b++)
 		for (struct handle *h = fs->handles[b]; h; h = h->next)
 			if (h->writers && h->frozen != stop &&
-			    freeze_fd(data_fd(h->df), stop) == 0)
+			    data_freeze(h->df, stop) == 0)
 				h->frozen = stop;
 	pthread_mutex_unlock(&fs->lock);
 	pthread_mutex_unlock(&fs->pt_lock);
@@ -2502,7 +2477,7 @@ static void pt_writer_gone(struct fs *fs, uint64_t ino)
 	if (h && h->writers && --h->writers == 0) { /* the last */
 		df = data_ref(h->df);
 		seen = h->seen;
-		if (h->frozen && freeze_fd(data_fd(h->df), 0) == 0)
+		if (h->frozen && data_freeze(h->df, 0) == 0)
 			h->frozen = 0;
 		__atomic_sub_fetch(&fs->pt_writers, 1, __ATOMIC_RELAXED);
 	}
@@ -2573,23 +2548,20 @@ static void open_opens(struct fs *fs)
 	opens_each(fs->opens, adopt_open, fs);
 }
 
-/* A dirty cache file the last worker may have written in passthrough:
- * made immutable by pt_guard(), it would refuse this process too. If
- * outside (written when that worker stopped) and no open of the kernel
- * holds it now, data_open() took all of it as dirty, and its record
- * says so from here. */
-static void thaw(struct fs *fs, uint64_t ino, uint64_t size, int outside)
+/* A dirty cache file the last worker wrote in passthrough, outside
+ * (data_outside()) when it stopped: data_open() took all of it as
+ * dirty, and unless an open of the kernel still writes it (adopted by
+ * open_opens()), its record says so from here. */
+static void end_outside(struct fs *fs, uint64_t ino, uint64_t size)
 {
 	struct data_file *df;
 	pthread_mutex_lock(&fs->lock);
 	struct handle *h = *handle_slot(fs, ino);
 	int held = h && h->writers;
 	pthread_mutex_unlock(&fs->lock);
-	if (data_get(fs->data, ino, size, &df))
+	if (held || data_get(fs->data, ino, size, &df))
 		return;
-	(void)freeze_fd(data_fd(df), 0); /* pt_guard() does it again */
-	if (outside && !held)
-		(void)data_outside(df, DATA_OUTSIDE_END, 0);
+	(void)data_outside(df, DATA_OUTSIDE_END, 0);
 	data_put(df);
 }
 
@@ -2692,6 +2664,8 @@ static void close_all_handles(struct fs *fs)
 		while (fs->handles[b]) {
 			struct handle *h = fs->handles[b];
 			fs->handles[b] = h->next;
+			if (h->frozen)
+				(void)data_freeze(h->df, 0);
 			data_put(h->df);
 			free(h);
 		}

@@ -314,6 +314,24 @@ def small_ext4(tmp_path):
     subprocess.run(["umount", "-l", str(d)], check=False)
 
 
+def fill_until_stopped(m, fd, chunk):
+    """Appends chunk to fd, open for writing in passthrough on a small
+    cache disk, until a write fails; asserts it failed with EPERM (the
+    guard stopped it, the disk is not full) and returns the bytes
+    written."""
+    written = 0
+    # the first write asks the worker for "security.capability"
+    os.pwrite(fd, chunk, 0)
+    assert served_by_kernel(m, lambda: os.pwrite(fd, chunk, 0))
+    with pytest.raises(OSError) as e:
+        while written < 300 * MiB:
+            os.pwrite(fd, chunk, written)
+            written += len(chunk)
+            time.sleep(0.02)  # about a MiB per guard tick
+    assert e.value.errno == errno.EPERM, (e.value, m.output())
+    return written
+
+
 def test_a_nearly_full_cache_disk_stops_writes_in_passthrough(
         volume, s3, tmp_path, small_ext4):
     """A file open for writing in passthrough fills the cache disk: its
@@ -325,17 +343,9 @@ def test_a_nearly_full_cache_disk_stops_writes_in_passthrough(
     try:
         p = Path(m.mountpoint) / "big"
         fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
-        chunk, written = os.urandom(MiB), 0
+        chunk = os.urandom(MiB)
         try:
-            # the first write asks the worker for "security.capability"
-            os.pwrite(fd, chunk, 0)
-            assert served_by_kernel(m, lambda: os.pwrite(fd, chunk, 0))
-            with pytest.raises(OSError) as e:
-                while written < 300 * MiB:
-                    os.pwrite(fd, chunk, written)
-                    written += MiB
-                    time.sleep(0.02)  # a few MiB per flusher tick
-            assert e.value.errno == errno.EPERM, e.value
+            written = fill_until_stopped(m, fd, chunk)
         finally:
             os.close(fd)
         assert written >= 100 * MiB
@@ -357,6 +367,54 @@ def test_a_nearly_full_cache_disk_stops_writes_in_passthrough(
     finally:
         assert m.unmount() == 0, m.output()
     assert body(s3, f"{prefix}/note") == b"still here\n"
+
+
+@pytest.mark.parametrize("killed", ["worker", "daemon"])
+def test_a_restart_unfreezes_what_a_killed_process_left_frozen(
+        volume, s3, tmp_path, small_ext4, killed):
+    """Writes in passthrough are stopped by making the cache file
+    immutable. A worker or daemon killed while they are stopped leaves it
+    so; the next one thaws it, or the file could never be uploaded nor
+    changed again. With the kernel's open adopted, the new worker stops
+    its writes again while the disk is short of room."""
+    url, prefix = volume
+    cache = small_ext4 / "c"
+    marker = cache / "data" / "frozen"
+    m = Mount(url, str(tmp_path / "m"), str(cache), *ARGS)
+    try:
+        p = Path(m.mountpoint) / "big"
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+        chunk = os.urandom(MiB)
+        try:
+            written = fill_until_stopped(m, fd, chunk)
+            assert marker.exists()
+            if killed == "worker":
+                kill_worker(m)
+                # overwrites take no room: they go on until the guard of
+                # the new worker freezes the file again
+                deadline = time.monotonic() + 20
+                with pytest.raises(OSError) as e:
+                    while True:
+                        os.pwrite(fd, chunk, 0)
+                        assert time.monotonic() < deadline, m.output()
+                        time.sleep(0.01)
+                assert e.value.errno == errno.EPERM, (e.value, m.output())
+            else:
+                m.kill_daemon()
+        finally:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the daemon's connection is gone
+        if killed == "daemon":
+            m = Mount(url, str(tmp_path / "m"), str(cache), *ARGS)
+            assert not marker.exists()
+        want = chunk * (written // MiB)
+        wait_for_object(s3, f"{prefix}/big", want, timeout=120)
+        os.truncate(p, MiB)  # the cache file can be changed again
+        wait_for_object(s3, f"{prefix}/big", chunk)
+    finally:
+        assert m.unmount() == 0, m.output()
 
 
 def test_a_worker_taking_over_keeps_the_mounts_caching_mode(volume,

@@ -2280,6 +2280,55 @@ test_outside_writes_are_dirty_whole_and_outlive_a_crash(void **state)
 	data_put(f);
 }
 
+/* Writes in passthrough are stopped by making the cache file immutable;
+ * a process killed meanwhile leaves it so, and the next open of the
+ * cache must make it writable again, or its bytes are never uploaded
+ * (data_get() opens it for writing). */
+static void test_a_file_left_frozen_is_thawed_at_the_next_open(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	if (data_freeze_works(e->d) != 0)
+		skip(); /* the test directory's disk has no immutable flag */
+	assert_false(file_exists(e, "freeze-probe"));
+	assert_false(file_exists(e, "frozen"));
+	make_clean_file(e, 6, 4096);
+	assert_int_equal(data_get(e->d, 6, 4096, &f), 0);
+	assert_int_equal(data_outside(f, DATA_OUTSIDE_BEGIN, 0), 0);
+	assert_int_equal(data_freeze(f, 1), 0);
+	assert_true(file_exists(e, "frozen"));
+	errno = 0;
+	assert_int_equal(pwrite(data_fd(f), "x", 1, 0), -1);
+	assert_int_equal(errno, EPERM);
+	data_put(f);
+	reopen(e); /* never thawed: the process was killed */
+	assert_false(file_exists(e, "frozen"));
+	assert_int_equal(data_get(e->d, 6, 0, &f), 0);
+	assert_int_equal(pwrite(data_fd(f), "y", 1, 4096), 1);
+	assert_int_equal(data_outside(f, DATA_OUTSIDE_SEEN, 4097), 0);
+	expect_dirty(f, "0-4097");
+	/* a freeze undone in time leaves the file writable, no marker
+	 * needed at the next open either way */
+	assert_int_equal(data_freeze(f, 1), 0);
+	assert_int_equal(data_freeze(f, 0), 0);
+	assert_int_equal(pwrite(data_fd(f), "z", 1, 0), 1);
+	data_put(f);
+	/* a file made here and never uploaded (".new", all dirty): the
+	 * thaw must leave the load able to find it */
+	unsigned char x[8192];
+	memset(x, 'n', sizeof(x));
+	assert_int_equal(data_create(e->d, 7, &f), 0);
+	assert_int_equal(data_write(f, x, sizeof(x), 0), sizeof(x));
+	assert_int_equal(data_freeze(f, 1), 0);
+	data_put(f);
+	reopen(e);
+	assert_false(file_exists(e, "frozen"));
+	assert_int_equal(data_get(e->d, 7, 0, &f), 0);
+	assert_int_equal(data_size(f), sizeof(x));
+	expect_dirty(f, "0-8192");
+	data_put(f);
+}
+
 static void test_open_drops_strays_and_keeps_valid_files(void **state)
 {
 	struct env *e = *state;
@@ -2718,6 +2767,7 @@ int main(void)
 		T(test_drop_clean_spares_open_and_dirty_files),
 		T(test_mark_dirty_all_needs_a_full_file_and_pins_it),
 		T(test_outside_writes_are_dirty_whole_and_outlive_a_crash),
+		T(test_a_file_left_frozen_is_thawed_at_the_next_open),
 		T(test_open_drops_strays_and_keeps_valid_files),
 		T(test_new_files_take_the_emptied_files_of_removed_ones),
 		T(test_spares_hold_no_bytes_and_open_files_keep_theirs),
