@@ -1130,19 +1130,26 @@ int fs_flush_all(struct fs *fs)
 	return rc;
 }
 
+/* Waits on c (with m held) for at most ms milliseconds. */
+static void tick_wait(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(c, m, &ts);
+}
+
 static void *flusher_main(void *arg)
 {
 	struct fs *fs = arg;
 	pthread_mutex_lock(&fs->lock);
 	while (!fs->stop) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += (long)FS_FLUSH_TICK_MS * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&fs->wake, &fs->lock, &ts);
+		tick_wait(&fs->wake, &fs->lock, FS_FLUSH_TICK_MS);
 		if (fs->stop)
 			break;
 		pthread_mutex_unlock(&fs->lock);
@@ -1152,7 +1159,6 @@ static void *flusher_main(void *arg)
 		pthread_rwlock_unlock(&fs->s3_lock);
 		/* writes in passthrough become due like others */
 		pt_settle_all(fs);
-		pt_guard(fs);
 		uint64_t *inos = take_due(fs, fs_now_ms(), &n);
 		sync_list(fs, inos, n);
 		free(inos);
@@ -1161,6 +1167,26 @@ static void *flusher_main(void *arg)
 		 * node can read, and writes get ENOSPC when the disk is full */
 		if (!fs_s3_failing(fs))
 			data_evict(fs->data);
+		pthread_mutex_lock(&fs->lock);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return NULL;
+}
+
+/* pt_guard() every FS_PT_GUARD_TICK_MS, on a thread of its own: the
+ * flusher's tick waits for its uploads, and a writer in passthrough
+ * would meanwhile fill the cache disk (ENOSPC instead of EPERM, and no
+ * room for the metadata store). */
+static void *pt_guard_main(void *arg)
+{
+	struct fs *fs = arg;
+	pthread_mutex_lock(&fs->lock);
+	while (!fs->stop) {
+		tick_wait(&fs->pt_wake, &fs->lock, FS_PT_GUARD_TICK_MS);
+		if (fs->stop)
+			break;
+		pthread_mutex_unlock(&fs->lock);
+		pt_guard(fs);
 		pthread_mutex_lock(&fs->lock);
 	}
 	pthread_mutex_unlock(&fs->lock);
@@ -1211,6 +1237,7 @@ static ssize_t fs_fetch(void *ctx, uint64_t ino, uint64_t off, uint64_t len,
 static void destroy_locks(struct fs *fs)
 {
 	pthread_cond_destroy(&fs->bg_wake);
+	pthread_cond_destroy(&fs->pt_wake);
 	pthread_cond_destroy(&fs->wake);
 	pthread_rwlock_destroy(&fs->s3_lock);
 	pthread_mutex_destroy(&fs->claim_lock);
@@ -1222,6 +1249,20 @@ static void destroy_locks(struct fs *fs)
 	pthread_cond_destroy(&fs->space_given);
 	pthread_mutex_destroy(&fs->pt_lock);
 	pthread_mutex_destroy(&fs->lock);
+}
+
+/* Stops and joins the flusher and the guard. */
+static void stop_threads(struct fs *fs)
+{
+	pthread_mutex_lock(&fs->lock);
+	fs->stop = 1;
+	pthread_cond_signal(&fs->wake);
+	pthread_cond_signal(&fs->pt_wake);
+	pthread_mutex_unlock(&fs->lock);
+	pthread_join(fs->flusher, NULL);
+	if (fs->has_pt_guard)
+		pthread_join(fs->pt_guarder, NULL);
+	fs->has_pt_guard = 0;
 }
 
 int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
@@ -1264,9 +1305,13 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_cond_init(&fs->claim_free, NULL);
 	pthread_mutex_init(&fs->touch_lock, NULL);
 	pthread_cond_init(&fs->wake, NULL);
+	pthread_cond_init(&fs->pt_wake, NULL);
 	pthread_cond_init(&fs->bg_wake, NULL);
 	pthread_mutex_init(&fs->pt_lock, NULL);
 	open_opens(fs);
+	/* the kernel's writers adopted from a killed worker run on; the
+	 * cache disk may already be short of room for them */
+	pt_guard(fs);
 	drop_orphans(fs);
 	recover_dirty_files(fs);
 	rc = load_dirty(fs);
@@ -1274,10 +1319,20 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 		rc = -pthread_create(&fs->flusher, NULL, flusher_main, fs);
 	if (rc)
 		goto fail_thread;
+	if (fs->opens) {
+		rc = -pthread_create(&fs->pt_guarder, NULL, pt_guard_main, fs);
+		if (rc)
+			goto fail_flusher;
+		fs->has_pt_guard = 1;
+	}
 	*out = fs;
 	return 0;
 
+fail_flusher:
+	stop_threads(fs);
 fail_thread:
+	close_all_handles(fs);
+	opens_unmap(fs->opens);
 	free(fs->dirty);
 	free(fs->dirty_idx);
 	destroy_locks(fs);
@@ -1293,11 +1348,7 @@ fail_strings:
 int fs_destroy(struct fs *fs)
 {
 	fs_bg_stop(fs);
-	pthread_mutex_lock(&fs->lock);
-	fs->stop = 1;
-	pthread_cond_signal(&fs->wake);
-	pthread_mutex_unlock(&fs->lock);
-	pthread_join(fs->flusher, NULL);
+	stop_threads(fs);
 	int rc = fs_flush_all(fs);
 	/* everything is in S3: the index a new node starts from; then the
 	 * volume is free for another node */
@@ -2215,11 +2266,13 @@ static struct handle **handle_slot(struct fs *fs, uint64_t ino)
  * - The cache disk must keep room for the metadata store and the range
  *   logs, which writes through this process never take (data.c's
  *   reserve). An open may write in passthrough only while the disk has
- *   2 * fs->pt_stop free; below fs->pt_stop, pt_guard() makes the cache
- *   files open for writing immutable, so that further writes fail (EPERM)
- *   until they are closed or room is back. That needs a cache disk that
- *   refuses writes to an open immutable file (ext4 does; tmpfs does not):
- *   pt_probe() checks, or there is no passthrough.
+ *   2 * fs->pt_stop free; below fs->pt_stop, pt_guard() (a thread of
+ *   its own, every FS_PT_GUARD_TICK_MS) makes the cache files open for
+ *   writing immutable (data_freeze()), so that further writes fail
+ *   (EPERM) until they are closed or room is back. That needs a cache
+ *   disk that refuses writes to an open immutable file (ext4 does):
+ *   pt_probe() checks, or there is no passthrough. A file a killed
+ *   worker left frozen is thawed by the next data_open().
  * - The kernel's opens outlive a worker: CACHE_DIR/opens records them
  *   (opens.h), and the next worker adopts them (adopt_open()).
  * fs->pt_lock orders the opens, releases and settlements of an inode. */
@@ -2269,7 +2322,7 @@ static int pt_probe(struct fs *fs)
 
 /* Stops writes in passthrough while the cache disk is short of room
  * (fs->pt_stop), and lets them go on once it has twice that again
- * (eviction makes room meanwhile). Flusher tick. */
+ * (eviction makes room meanwhile). The guard thread's tick. */
 static void pt_guard(struct fs *fs)
 {
 	static int told;

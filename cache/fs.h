@@ -43,8 +43,11 @@
 #define FS_FLUSH_TICK_MS 100u
 /* room kept on the cache disk above data.c's reserve before writes in
  * passthrough stop (at most a sixteenth of the disk): what a fast writer
- * puts there in a few flusher ticks */
+ * puts there in a few guard ticks */
 #define FS_PT_MARGIN (512ull << 20)
+/* how often the free room on the cache disk is checked while files are
+ * open for writing in passthrough */
+#define FS_PT_GUARD_TICK_MS 20u
 #define FS_LAZY_COMMIT_MS                                                      \
 	50u /* a write's mtime, at most this late in the store */
 #define FS_DEFAULT_SNAPSHOT_INTERVAL_MS (300u * 1000u)

@@ -105,9 +105,10 @@ struct fs {
 	 * with twice that free */
 	uint64_t pt_stop;
 
-	pthread_mutex_t lock; /* guards the dirty set, stop and bg state */
-	pthread_cond_t wake;  /* the flusher's */
-	struct dirty *dirty;  /* protected by lock */
+	pthread_mutex_t lock;	/* guards the dirty set, stop and bg state */
+	pthread_cond_t wake;	/* the flusher's */
+	pthread_cond_t pt_wake; /* the guard's (pt_guard_main()), with lock */
+	struct dirty *dirty;	/* protected by lock */
 	size_t ndirty, capdirty;
 	/* protected by lock: dirty[]'s positions + 1 by inode (open
 	 * addressing, 0 empty, capacity a power of 2 >= 2 * ndirty); NULL
@@ -121,6 +122,8 @@ struct fs {
 	unsigned burst_now, burst_prev;
 	int stop; /* protected by lock */
 	pthread_t flusher;
+	pthread_t pt_guarder; /* with fs->opens */
+	int has_pt_guard;
 
 	pthread_rwlock_t s3_lock; /* see above; writers first */
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from faultproxy import FaultProxy
 from s3util import BUCKET, body, skip_unless_s3
 from tierfs_mount import Mount
 
@@ -367,6 +368,38 @@ def test_a_nearly_full_cache_disk_stops_writes_in_passthrough(
     finally:
         assert m.unmount() == 0, m.output()
     assert body(s3, f"{prefix}/note") == b"still here\n"
+
+
+def test_uploads_that_hang_do_not_keep_writes_from_being_stopped(
+        volume, s3, tmp_path, small_ext4):
+    """The guard that stops writes in passthrough on a nearly full cache
+    disk must not wait behind uploads: with every request for the file
+    held up in S3, the writer still gets EPERM, not ENOSPC (a disk full
+    to the last block, with no room for the metadata store)."""
+    url, prefix = volume
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    proxy.start()
+    try:
+        stall = proxy.add_rule("delay:20000", path=f"/{prefix}/big",
+                               count=1000)
+        m = Mount(url, str(tmp_path / "m"), str(small_ext4 / "c"), *ARGS,
+                  env={"AWS_ENDPOINT_URL": proxy.url})
+        try:
+            fd = os.open(Path(m.mountpoint) / "big",
+                         os.O_CREAT | os.O_WRONLY, 0o644)
+            chunk = os.urandom(MiB)
+            try:
+                written = fill_until_stopped(m, fd, chunk)
+            finally:
+                os.close(fd)
+            assert stall.fired, "no upload was held up"
+            proxy.clear_rules()
+            wait_for_object(s3, f"{prefix}/big",
+                            chunk * (written // MiB), timeout=180)
+        finally:
+            assert m.unmount() == 0, m.output()
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.parametrize("killed", ["worker", "daemon"])
