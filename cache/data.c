@@ -2879,13 +2879,19 @@ int data_hydrate_all(struct data_file *f)
 	return data_hydrate(f, 0, UINT64_MAX);
 }
 
+/* Whether the cache holds all of f. */
+static int whole_locked(const struct data_file *f)
+{
+	return covered(&f->present, 0, f->size) == f->size;
+}
+
 int data_outside(struct data_file *f, int how, uint64_t size)
 {
 	struct buf b = BUF_INIT;
 	lock_mutex(&f->lock);
 	size = max_u64(size, f->size);
 	int seen = (how & DATA_OUTSIDE_SEEN) && size;
-	int rc = covered(&f->present, 0, f->size) == f->size ? 0 : -EAGAIN;
+	int rc = whole_locked(f) ? 0 : -EAGAIN;
 	/* a file all dirty already needs no line (a database's every
 	 * commit rewrites it: no line, no flush of the log in its fsync) */
 	int line =
@@ -2925,7 +2931,7 @@ int data_outside(struct data_file *f, int how, uint64_t size)
 int data_whole(struct data_file *f)
 {
 	lock_mutex(&f->lock);
-	int whole = covered(&f->present, 0, f->size) == f->size;
+	int whole = whole_locked(f);
 	unlock_mutex(&f->lock);
 	return whole;
 }

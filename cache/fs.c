@@ -2354,12 +2354,17 @@ static int ts_equal(struct timespec a, struct timespec b)
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
+static struct pt_seen seen_of(const struct stat *st)
+{
+	return (struct pt_seen){(uint64_t)st->st_size, st->st_mtim, 1};
+}
+
 /* df's cache file as it is: what later writes in passthrough change. */
 static void look(struct data_file *df, struct pt_seen *seen)
 {
 	struct stat st;
 	if (fstat(data_fd(df), &st) == 0)
-		*seen = (struct pt_seen){(uint64_t)st.st_size, st.st_mtim, 1};
+		*seen = seen_of(&st);
 }
 
 /* Brings meta and the cache's record up to df's cache file after writes
@@ -2385,7 +2390,7 @@ static int settle_file(struct fs *fs, uint64_t ino, struct data_file *df,
 		       (unsigned long long)ino, strerror(-rc));
 		return 0;
 	}
-	*seen = (struct pt_seen){(uint64_t)st.st_size, st.st_mtim, 1};
+	*seen = seen_of(&st);
 	if (changed) {
 		struct meta_attr in = {.size = (uint64_t)st.st_size,
 				       .mtime = st.st_mtim,

@@ -250,19 +250,18 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	(void)userdata;
 	const struct fuse_out_header *oh = iov[0].iov_base;
-	if (init_unique && count == 2 && iov[0].iov_len == sizeof(*oh) &&
-	    oh->unique == init_unique && oh->error == 0 &&
-	    iov[1].iov_len >=
-		    offsetof(struct fuse_init_out, flags) + sizeof(uint32_t) &&
-	    (init_offered & SERVE_ADDED_FLAGS)) {
+	int init_reply = init_unique && count == 2 &&
+			 iov[0].iov_len == sizeof(*oh) &&
+			 oh->unique == init_unique && oh->error == 0;
+	if (init_reply) {
 		struct fuse_init_out *out = iov[1].iov_base;
-		out->flags |= init_offered & SERVE_ADDED_FLAGS;
-	}
-	if (init_unique && count == 2 && oh->unique == init_unique &&
-	    oh->error == 0)
+		if (iov[1].iov_len >=
+		    offsetof(struct fuse_init_out, flags) + sizeof(uint32_t))
+			out->flags |= init_offered & SERVE_ADDED_FLAGS;
 		init_add_passthrough(&iov[1]);
-	else if (reply_backing)
+	} else if (reply_backing) {
 		open_add_passthrough(oh, iov, count);
+	}
 	return writev(fd, iov, count);
 }
 
