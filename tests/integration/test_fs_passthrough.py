@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from faultproxy import FaultProxy
-from s3util import BUCKET, body, skip_unless_s3
+from s3util import body, skip_unless_s3
 from tierfs_mount import Mount
 
 skip_unless_s3()
@@ -315,22 +315,28 @@ def small_ext4(tmp_path):
     subprocess.run(["umount", "-l", str(d)], check=False)
 
 
-def fill_until_stopped(m, fd, chunk):
-    """Appends chunk to fd, open for writing in passthrough on a small
-    cache disk, until a write fails; asserts it failed with EPERM (the
-    guard stopped it, the disk is not full) and returns the bytes
+def fill_until_stopped(m, name="big"):
+    """Creates name in m, on a small cache disk, and appends a MiB at a
+    time to it in passthrough until a write fails; asserts it failed with
+    EPERM (the guard stopped it, the disk is not full). Returns the
+    descriptor, still open, the MiB written over and over, and the bytes
     written."""
-    written = 0
-    # the first write asks the worker for "security.capability"
-    os.pwrite(fd, chunk, 0)
-    assert served_by_kernel(m, lambda: os.pwrite(fd, chunk, 0))
-    with pytest.raises(OSError) as e:
-        while written < 300 * MiB:
-            os.pwrite(fd, chunk, written)
-            written += len(chunk)
-            time.sleep(0.02)  # about a MiB per guard tick
-    assert e.value.errno == errno.EPERM, (e.value, m.output())
-    return written
+    fd = os.open(Path(m.mountpoint) / name, os.O_CREAT | os.O_WRONLY, 0o644)
+    chunk, written = os.urandom(MiB), 0
+    try:
+        # the first write asks the worker for "security.capability"
+        os.pwrite(fd, chunk, 0)
+        assert served_by_kernel(m, lambda: os.pwrite(fd, chunk, 0))
+        with pytest.raises(OSError) as e:
+            while written < 300 * MiB:
+                os.pwrite(fd, chunk, written)
+                written += MiB
+                time.sleep(0.02)  # about a MiB per guard tick
+        assert e.value.errno == errno.EPERM, (e.value, m.output())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, chunk, written
 
 
 def test_a_nearly_full_cache_disk_stops_writes_in_passthrough(
@@ -342,13 +348,8 @@ def test_a_nearly_full_cache_disk_stops_writes_in_passthrough(
     url, prefix = volume
     m = Mount(url, str(tmp_path / "m"), str(small_ext4 / "c"), *ARGS)
     try:
-        p = Path(m.mountpoint) / "big"
-        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
-        chunk = os.urandom(MiB)
-        try:
-            written = fill_until_stopped(m, fd, chunk)
-        finally:
-            os.close(fd)
+        fd, chunk, written = fill_until_stopped(m)
+        os.close(fd)
         assert written >= 100 * MiB
         # the metadata store still commits
         (Path(m.mountpoint) / "note").write_text("still here\n")
@@ -385,13 +386,8 @@ def test_uploads_that_hang_do_not_keep_writes_from_being_stopped(
         m = Mount(url, str(tmp_path / "m"), str(small_ext4 / "c"), *ARGS,
                   env={"AWS_ENDPOINT_URL": proxy.url})
         try:
-            fd = os.open(Path(m.mountpoint) / "big",
-                         os.O_CREAT | os.O_WRONLY, 0o644)
-            chunk = os.urandom(MiB)
-            try:
-                written = fill_until_stopped(m, fd, chunk)
-            finally:
-                os.close(fd)
+            fd, chunk, written = fill_until_stopped(m)
+            os.close(fd)
             assert stall.fired, "no upload was held up"
             proxy.clear_rules()
             wait_for_object(s3, f"{prefix}/big",
@@ -416,10 +412,8 @@ def test_a_restart_unfreezes_what_a_killed_process_left_frozen(
     m = Mount(url, str(tmp_path / "m"), str(cache), *ARGS)
     try:
         p = Path(m.mountpoint) / "big"
-        fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
-        chunk = os.urandom(MiB)
+        fd, chunk, written = fill_until_stopped(m)
         try:
-            written = fill_until_stopped(m, fd, chunk)
             assert marker.exists()
             if killed == "worker":
                 kill_worker(m)
