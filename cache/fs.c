@@ -2260,7 +2260,8 @@ static struct handle **handle_slot(struct fs *fs, uint64_t ino)
  *   the file's size and mtime with what it saw last. On a change all of
  *   it becomes dirty, and meta takes the file's size and times (the
  *   kernel's own, of the write). It runs before each reply that carries
- *   the inode's attributes, before fsync, truncate, fallocate and upload,
+ *   the inode's attributes, before fsync (not fdatasync under local
+ *   durability: see op_fsync()), truncate, fallocate and upload,
  *   after an upload before its bytes are called clean, at each flusher
  *   tick, and at the last writer's release.
  * - The cache disk must keep room for the metadata store and the range
@@ -2470,7 +2471,8 @@ static int pt_open(struct fs *fs, uint64_t ino, struct data_file *df,
 		   int writes, struct fuse_file_info *fi)
 {
 	pthread_mutex_lock(&fs->lock);
-	struct handle *h = *handle_slot(fs, ino); /* pt_lock keeps it */
+	/* the open counted in it keeps it */
+	struct handle *h = *handle_slot(fs, ino);
 	int must = h->pt > 0;
 	int first = h->opens == 1;
 	int backing = h->backing, begin = writes && h->writers == 0;
@@ -2923,7 +2925,15 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	struct data_file *df = NULL;
 	(void)fi;
 	int rc;
-	pt_settle(fs, ino);
+	/* fdatasync keeping the data on the cache disk needs nothing of the
+	 * settlement: a file open for writing in passthrough is marked so
+	 * in its range log ("O+"; a ".new" file is all dirty anyway), and a
+	 * crash makes the cache take it at its size on disk, all dirty
+	 * (data_open()), and the store from there (recover_dirty_files()).
+	 * Its times and its place in the upload queue follow at the next
+	 * stat or flusher tick. Saves a SQLite commit the store's work. */
+	if (!fs->cfg.durability_local || !datasync)
+		pt_settle(fs, ino);
 	if (fs->cfg.durability_local) {
 		/* durable on the cache disk; the flusher uploads later. The
 		 * store's WAL is fsynced by its syncer while the data and its

@@ -251,12 +251,14 @@ def test_a_killed_worker_leaves_open_files_to_the_next_one(volume, s3,
     assert body(s3, f"{prefix}/g") == bytes(want)
 
 
+@pytest.mark.parametrize("synced", [False, True])
 def test_a_killed_daemon_loses_no_write_made_in_passthrough(volume, s3,
-                                                            tmp_path):
+                                                            tmp_path, synced):
     """The whole daemon dies with a file open and written in passthrough
     past the size the cache's log knows (the file was in S3 already, so
     it has a log): the next mount on the cache dir takes the cache file
-    as it is, and uploads it."""
+    as it is, and uploads it. So too after an fdatasync, which under
+    local durability leaves the store's record of the file as it was."""
     _, prefix = volume
     m = mounted(volume, tmp_path)
     p = Path(m.mountpoint) / "h"
@@ -265,6 +267,8 @@ def test_a_killed_daemon_loses_no_write_made_in_passthrough(volume, s3,
     wait_for_object(s3, f"{prefix}/h", data[:MiB])
     fd = os.open(p, os.O_RDWR)
     os.pwrite(fd, data[MiB:], MiB)
+    if synced:
+        os.fdatasync(fd)
     m.kill_daemon()
     try:
         os.close(fd)
