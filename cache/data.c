@@ -1902,7 +1902,8 @@ static int set_immutable(int fd, int on)
 	return 0;
 }
 
-/* Clears the immutable flag of the file name in the cache directory. */
+/* Clears the immutable flag of the file name in the cache directory;
+ * 0 also when there is no such file, or the disk has no such flag. */
 static int thaw_name(struct data *d, const char *name)
 {
 	int fd = openat(d->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -1910,7 +1911,7 @@ static int thaw_name(struct data *d, const char *name)
 		return errno == ENOENT ? 0 : -errno;
 	int rc = set_immutable(fd, 0);
 	(void)close(fd);
-	return rc;
+	return rc == -ENOTTY || rc == -ENOTSUP ? 0 : rc;
 }
 
 /* Every regular file of the directory thawed, when the marker says one
@@ -1937,10 +1938,8 @@ static int thaw_all(struct data *d)
 		if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN)
 			continue;
 		int one = thaw_name(d, de->d_name);
-		if (one && one != -ENOTTY && one != -ENOTSUP) {
-			if (!failed++)
-				rc = one;
-		}
+		if (one && !failed++)
+			rc = one;
 	}
 	if (!rc && errno)
 		rc = -errno;
@@ -1990,7 +1989,7 @@ int data_freeze(struct data_file *f, int on)
 int data_freeze_works(struct data *d)
 {
 	int rc = thaw_name(d, DATA_FREEZE_PROBE_NAME); /* a killed probe's */
-	if (rc && rc != -ENOTTY && rc != -ENOTSUP)
+	if (rc)
 		return rc;
 	int fd = openat(d->dirfd, DATA_FREEZE_PROBE_NAME,
 			O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,

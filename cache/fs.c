@@ -1130,46 +1130,54 @@ int fs_flush_all(struct fs *fs)
 	return rc;
 }
 
-/* Waits on c (with m held) for at most ms milliseconds. */
-static void tick_wait(pthread_cond_t *c, pthread_mutex_t *m, unsigned ms)
+/* One flusher tick: sends what is due and evicts. */
+static void flush_tick(struct fs *fs)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
+	size_t n;
+	pthread_rwlock_wrlock(&fs->s3_lock);
+	drain_outbox(fs);
+	pthread_rwlock_unlock(&fs->s3_lock);
+	/* writes in passthrough become due like others */
+	pt_settle_all(fs);
+	uint64_t *inos = take_due(fs, fs_now_ms(), &n);
+	sync_list(fs, inos, n);
+	free(inos);
+	/* clean, closed data beyond --cache-size or the free floor; not
+	 * while S3 is out of reach: then it is the only copy this node can
+	 * read, and writes get ENOSPC when the disk is full */
+	if (!fs_s3_failing(fs))
+		data_evict(fs->data);
+}
+
+/* A background thread's loop: tick(fs) every ms milliseconds, or when c
+ * is signalled, until fs->stop (both with fs->lock). */
+static void run_ticks(struct fs *fs, pthread_cond_t *c, unsigned ms,
+		      void (*tick)(struct fs *))
+{
+	pthread_mutex_lock(&fs->lock);
+	while (!fs->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += ms / 1000;
+		ts.tv_nsec += (long)(ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(c, &fs->lock, &ts);
+		if (fs->stop)
+			break;
+		pthread_mutex_unlock(&fs->lock);
+		tick(fs);
+		pthread_mutex_lock(&fs->lock);
 	}
-	pthread_cond_timedwait(c, m, &ts);
+	pthread_mutex_unlock(&fs->lock);
 }
 
 static void *flusher_main(void *arg)
 {
 	struct fs *fs = arg;
-	pthread_mutex_lock(&fs->lock);
-	while (!fs->stop) {
-		tick_wait(&fs->wake, &fs->lock, FS_FLUSH_TICK_MS);
-		if (fs->stop)
-			break;
-		pthread_mutex_unlock(&fs->lock);
-		size_t n;
-		pthread_rwlock_wrlock(&fs->s3_lock);
-		drain_outbox(fs);
-		pthread_rwlock_unlock(&fs->s3_lock);
-		/* writes in passthrough become due like others */
-		pt_settle_all(fs);
-		uint64_t *inos = take_due(fs, fs_now_ms(), &n);
-		sync_list(fs, inos, n);
-		free(inos);
-		/* clean, closed data beyond --cache-size or the free floor;
-		 * not while S3 is out of reach: then it is the only copy this
-		 * node can read, and writes get ENOSPC when the disk is full */
-		if (!fs_s3_failing(fs))
-			data_evict(fs->data);
-		pthread_mutex_lock(&fs->lock);
-	}
-	pthread_mutex_unlock(&fs->lock);
+	run_ticks(fs, &fs->wake, FS_FLUSH_TICK_MS, flush_tick);
 	return NULL;
 }
 
@@ -1180,16 +1188,7 @@ static void *flusher_main(void *arg)
 static void *pt_guard_main(void *arg)
 {
 	struct fs *fs = arg;
-	pthread_mutex_lock(&fs->lock);
-	while (!fs->stop) {
-		tick_wait(&fs->pt_wake, &fs->lock, FS_PT_GUARD_TICK_MS);
-		if (fs->stop)
-			break;
-		pthread_mutex_unlock(&fs->lock);
-		pt_guard(fs);
-		pthread_mutex_lock(&fs->lock);
-	}
-	pthread_mutex_unlock(&fs->lock);
+	run_ticks(fs, &fs->pt_wake, FS_PT_GUARD_TICK_MS, pt_guard);
 	return NULL;
 }
 
