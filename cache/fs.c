@@ -61,11 +61,17 @@ struct timespec fs_now_real(void)
 	return ts;
 }
 
-void fs_debug_pause(const char *env)
+unsigned fs_debug_ms(const char *env, unsigned dflt)
 {
 	const char *ms = getenv(env);
+	return ms ? (unsigned)strtoul(ms, NULL, 10) : dflt;
+}
+
+void fs_debug_pause(const char *env)
+{
+	unsigned ms = fs_debug_ms(env, 0);
 	if (ms)
-		usleep((useconds_t)strtoul(ms, NULL, 10) * 1000);
+		usleep((useconds_t)ms * 1000);
 }
 
 void fs_log(const char *fmt, ...)
@@ -2396,11 +2402,12 @@ static int settle_file(struct fs *fs, uint64_t ino, struct data_file *df,
 				       .mtime = st.st_mtim,
 				       .ctime = st.st_ctim};
 		struct meta_attr out;
-		/* lazy: fdatasync needs no commit for a size that grew
-		 * (the range log has it) nor for the times */
+		/* lazy, growth too: data_outside() has just recorded the
+		 * size (a crash hands it back: recover_dirty_files()),
+		 * and the times may wait (see META_SET_LAZY) */
 		meta_setattr(fs->meta, ino,
 			     META_SET_GROW | META_SET_MTIME | META_SET_CTIME |
-				     META_SET_LAZY,
+				     META_SET_LAZY | META_SET_LAZY_GROW,
 			     &in, &out);
 		mark_dirty(fs, ino, META_DIRTY_DATA);
 	}

@@ -3340,14 +3340,16 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 	const unsigned known = META_SET_MODE | META_SET_UID | META_SET_GID |
 			       META_SET_SIZE | META_SET_GROW | META_SET_ATIME |
 			       META_SET_MTIME | META_SET_CTIME | META_SET_LAZY |
-			       META_SET_KILL_SUIDGID;
+			       META_SET_KILL_SUIDGID | META_SET_LAZY_GROW;
 	if ((mask & ~known) || (mask && !attr) ||
 	    (mask & META_SET_ATIME && !ts_valid(attr->atime)) ||
 	    (mask & META_SET_MTIME && !ts_valid(attr->mtime)) ||
 	    (mask & META_SET_CTIME && !ts_valid(attr->ctime)))
 		return -EINVAL;
 	unsigned lazy = mask & META_SET_LAZY;
-	mask &= ~(unsigned)META_SET_LAZY;
+	int lazy_grow =
+		lazy && (mask & META_SET_GROW) && (mask & META_SET_LAZY_GROW);
+	mask &= ~(unsigned)(META_SET_LAZY | META_SET_LAZY_GROW);
 	lock(m);
 	struct inode *in = inode_find(m, ino);
 	int rc = 0;
@@ -3425,9 +3427,16 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 			m->bytes = m->bytes - old_size + a->size;
 		if (out)
 			*out = *a;
-		op_done_lazy(m, &op,
-			     lazy && a->size == old_size &&
-				     a->dirty == old_dirty);
+		int same_size = a->size == old_size ||
+				(lazy_grow && a->size > old_size);
+		/* META_DIRTY_ATTR beside DATA or NAME moves nothing: either
+		 * one uploads the object with all of its headers */
+		uint32_t added = a->dirty & ~old_dirty;
+		int same_dirty =
+			!added ||
+			(added == META_DIRTY_ATTR &&
+			 (old_dirty & (META_DIRTY_DATA | META_DIRTY_NAME)));
+		op_done_lazy(m, &op, lazy && same_size && same_dirty);
 	}
 	unlock(m);
 	return rc;

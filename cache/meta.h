@@ -66,6 +66,12 @@ struct meta_attr {
  * CAP_FSETID leaves), unless META_SET_MODE sets the mode; such a change is
  * never lazy */
 #define META_SET_KILL_SUIDGID 0x200
+/* with META_SET_GROW | META_SET_LAZY: a size that grows may wait for the
+ * commit too. Only for a caller whose cache file records the size (a
+ * settlement of writes made in passthrough: the range log's line, or a
+ * ".new" file's size on disk), which the next start takes back after a
+ * crash (fs.c's recover_dirty_files()) */
+#define META_SET_LAZY_GROW 0x400
 
 struct meta_config {
 	const char *path; /* the SQLite file, e.g. CACHE_DIR/meta.db */

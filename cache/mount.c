@@ -594,7 +594,8 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	mc.commit_interval_ms = 0;
 	/* but a write's mtime alone may wait a little: the kernel holds it
 	 * (writeback cache) and sends it again with SETATTR */
-	mc.lazy_commit_ms = FS_LAZY_COMMIT_MS;
+	mc.lazy_commit_ms =
+		fs_debug_ms("TIERFS_DEBUG_LAZY_COMMIT_MS", FS_LAZY_COMMIT_MS);
 	mc.root_mode = S_IFDIR | (o->fs.defaults.dir_mode & 07777);
 	mc.root_uid = o->fs.defaults.uid;
 	mc.root_gid = o->fs.defaults.gid;

@@ -15,7 +15,9 @@ still completes, I/O through the worker waits for it. Run under
 import errno
 import mmap
 import os
+import shutil
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -500,3 +502,77 @@ def test_an_open_for_writing_that_writes_nothing_keeps_the_mtime(volume,
         assert os.stat(p).st_mtime_ns == 2_000_000_000
     finally:
         assert m.unmount() == 0, m.output()
+
+
+def committed_size(cache_dir, ino, tmp_path):
+    """The size the store has committed for ino: what a crash keeps. Read
+    from a copy of the store and its WAL (the worker holds the store's
+    lock), as a new worker would read them."""
+    snap = tmp_path / "snap"
+    shutil.rmtree(snap, ignore_errors=True)
+    snap.mkdir()
+    for suffix in ("", "-wal"):
+        src = Path(cache_dir) / f"meta.db{suffix}"
+        if src.exists():
+            shutil.copyfile(src, snap / f"meta.db{suffix}")
+    db = sqlite3.connect(snap / "meta.db")
+    try:
+        return db.execute("SELECT size FROM inodes WHERE ino = ?",
+                          (ino,)).fetchone()[0]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("kill", ["worker", "daemon"])
+@pytest.mark.parametrize("kind", ["new", "logged"])
+def test_a_size_settled_lazily_survives_a_kill(volume, s3, tmp_path, kind,
+                                               kill):
+    """Writes in passthrough reach the store through a settlement (a stat,
+    the last close), whose commit of a grown size waits for the lazy timer:
+    the cache file records the size already. The timer is held back here,
+    so the store on disk has the old size when the worker or the whole
+    daemon is killed; the next one takes the size from the cache file, and
+    all the bytes reach S3. kind: a file made here (a ".new" cache file),
+    or one in S3 already (a cache file with a range log)."""
+    url, prefix = volume
+    mnt, cache = str(tmp_path / "m"), str(tmp_path / "c")
+    p = Path(mnt) / "grown"
+    data = os.urandom(2 * MiB + 321)
+    first = MiB + 7
+    if kind == "logged":
+        m = Mount(url, mnt, cache, *ARGS)
+        try:
+            p.write_bytes(data[:first])
+            wait_for_object(s3, f"{prefix}/grown", data[:first])
+        finally:
+            assert m.unmount() == 0, m.output()
+    held = {"TIERFS_DEBUG_LAZY_COMMIT_MS": "600000"}
+    m = Mount(url, mnt, cache, "--upload-delay", "600s", "--durability",
+              "local", env=held)
+    try:
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.pwrite(fd, data[:first], 0)
+            assert served_by_kernel(m, lambda: os.pwrite(fd, b"", 0))
+            # a clean file turning dirty is committed at once, with it
+            # the size of then; what grows after waits
+            assert os.fstat(fd).st_size == first
+            ino = os.fstat(fd).st_ino
+            os.pwrite(fd, data[first:], first)
+            assert os.fstat(fd).st_size == len(data)
+        finally:
+            os.close(fd)
+        time.sleep(0.3)  # the release is settled (RELEASE is async)
+        assert committed_size(cache, ino, tmp_path) == (0 if kind == "new" else first)
+        if kill == "worker":
+            kill_worker(m)
+        else:
+            m.kill_daemon()
+            m = Mount(url, mnt, cache, "--upload-delay", "600s",
+                      "--durability", "local")
+        assert p.read_bytes() == data
+        assert os.stat(p).st_size == len(data)
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/grown") == data
+    assert committed_size(cache, ino, tmp_path) == len(data)

@@ -2609,10 +2609,15 @@ static void test_a_lazy_mtime_is_committed_by_the_timer(void **state)
 {
 	struct fixture *f = *state;
 	struct meta *m = open_lazy(f, 50);
-	uint64_t ino = mkfile(m, ROOT, "lazy");
-	assert_int_equal(meta_set_dirty(m, ino, META_DIRTY_DATA), 0);
+	uint64_t ino = mkfile(m, ROOT, "lazy"), seq;
+	assert_int_equal(meta_change_seq(m, ino, &seq), 0);
+	assert_int_equal(meta_clear_dirty(m, ino,
+					  META_DIRTY_DATA | META_DIRTY_ATTR |
+						  META_DIRTY_NAME,
+					  seq),
+			 0);
 	struct meta_attr in = {.mtime = {.tv_sec = 1000}}, out;
-	/* the first write marks the file dirty: committed at once */
+	/* the first write marks the clean file dirty: committed at once */
 	assert_int_equal(
 		meta_setattr(m, ino, META_SET_MTIME | META_SET_LAZY, &in, &out),
 		0);
@@ -2676,6 +2681,62 @@ static void test_a_lazy_change_goes_with_the_next_eager_one(void **state)
 		0);
 	reopen(f, SLOW_INTERVAL_MS);
 	assert_int_equal(mtime_row(f, ino), 6000);
+}
+
+/* A settlement of writes made in passthrough (fs.c's settle_file()): its
+ * growth and its times wait for the timer, since the cache file records
+ * the size; without META_SET_LAZY_GROW a growth is committed at once. */
+static void test_a_lazy_growth_waits_only_when_asked_to(void **state)
+{
+	struct fixture *f = *state;
+	struct meta *m = open_lazy(f, 600000);
+	uint64_t ino = mkfile(m, ROOT, "grown");
+	assert_int_equal(meta_set_dirty(m, ino, META_DIRTY_DATA), 0);
+	const unsigned settle =
+		META_SET_GROW | META_SET_MTIME | META_SET_CTIME | META_SET_LAZY;
+	struct meta_attr in = {.size = 4096,
+			       .mtime = {.tv_sec = 1000},
+			       .ctime = {.tv_sec = 1000}},
+			 out;
+	/* the first one adds META_DIRTY_ATTR beside DATA: still lazy */
+	assert_int_equal(
+		meta_setattr(m, ino, settle | META_SET_LAZY_GROW, &in, &out),
+		0);
+	assert_int_equal(out.size, 4096);
+	assert_int_equal(peek_inode(f->path, ino, "size"), 0);
+	assert_int_equal(mtime_row(f, ino) == 1000, 0);
+	/* without the flag, growth is committed before the call returns */
+	in.size = 8192;
+	in.mtime.tv_sec = in.ctime.tv_sec = 2000;
+	assert_int_equal(meta_setattr(m, ino, settle, &in, &out), 0);
+	assert_int_equal(peek_inode(f->path, ino, "size"), 8192);
+	assert_int_equal(mtime_row(f, ino), 2000);
+	assert_int_equal(meta_sync(m, ino, 0), 0);
+	/* fdatasync needs no commit for a lazy growth; fsync does */
+	in.size = 12288;
+	in.mtime.tv_sec = in.ctime.tv_sec = 3000;
+	assert_int_equal(
+		meta_setattr(m, ino, settle | META_SET_LAZY_GROW, &in, &out),
+		0);
+	assert_int_equal(meta_sync(m, ino, 1), 0);
+	assert_int_equal(peek_inode(f->path, ino, "size"), 8192);
+	assert_int_equal(meta_sync(m, ino, 0), 0);
+	assert_int_equal(peek_inode(f->path, ino, "size"), 12288);
+	assert_int_equal(mtime_row(f, ino), 3000);
+	/* a file clean until now becomes dirty: that is never lazy */
+	uint64_t clean = mkfile(m, ROOT, "clean"), seq;
+	assert_int_equal(meta_change_seq(m, clean, &seq), 0);
+	assert_int_equal(meta_clear_dirty(m, clean,
+					  META_DIRTY_DATA | META_DIRTY_ATTR |
+						  META_DIRTY_NAME,
+					  seq),
+			 0);
+	assert_int_equal(peek_inode(f->path, clean, "dirty"), 0);
+	assert_int_equal(
+		meta_setattr(m, clean, settle | META_SET_LAZY_GROW, &in, &out),
+		0);
+	assert_int_equal(peek_inode(f->path, clean, "size"), 12288);
+	assert_int_equal(peek_inode(f->path, clean, "dirty"), META_DIRTY_ATTR);
 }
 
 static off_t file_size(const char *path)
@@ -3224,6 +3285,7 @@ int main(void)
 		T(test_a_batch_is_one_commit_at_its_end),
 		T(test_a_lazy_mtime_is_committed_by_the_timer),
 		T(test_a_lazy_change_goes_with_the_next_eager_one),
+		T(test_a_lazy_growth_waits_only_when_asked_to),
 		T(test_the_wal_is_copied_back_by_the_checkpointer),
 		T(test_the_wal_stays_bounded_while_a_checkpoint_runs_long),
 		T(test_an_orphans_last_forget_goes_with_the_next_commit),
