@@ -3347,8 +3347,8 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 	    (mask & META_SET_CTIME && !ts_valid(attr->ctime)))
 		return -EINVAL;
 	unsigned lazy = mask & META_SET_LAZY;
-	int lazy_grow =
-		lazy && (mask & META_SET_GROW) && (mask & META_SET_LAZY_GROW);
+	/* META_SET_GROW only ever grows the size */
+	int lazy_grow = (mask & META_SET_GROW) && (mask & META_SET_LAZY_GROW);
 	mask &= ~(unsigned)(META_SET_LAZY | META_SET_LAZY_GROW);
 	lock(m);
 	struct inode *in = inode_find(m, ino);
@@ -3427,8 +3427,7 @@ int meta_setattr_if(struct meta *m, uint64_t ino, uint64_t seq, unsigned mask,
 			m->bytes = m->bytes - old_size + a->size;
 		if (out)
 			*out = *a;
-		int same_size = a->size == old_size ||
-				(lazy_grow && a->size > old_size);
+		int same_size = a->size == old_size || lazy_grow;
 		/* META_DIRTY_ATTR beside DATA or NAME moves nothing: either
 		 * one uploads the object with all of its headers */
 		uint32_t added = a->dirty & ~old_dirty;
