@@ -546,9 +546,10 @@ def test_a_size_settled_lazily_survives_a_kill(volume, s3, tmp_path, kind,
             wait_for_object(s3, f"{prefix}/grown", data[:first])
         finally:
             assert m.unmount() == 0, m.output()
-    held = {"TIERFS_DEBUG_LAZY_COMMIT_MS": "600000"}
-    m = Mount(url, mnt, cache, "--upload-delay", "600s", "--durability",
-              "local", env=held)
+    # no upload meanwhile: it would commit the size
+    args = ("--upload-delay", "600s", "--durability", "local")
+    m = Mount(url, mnt, cache, *args,
+              env={"TIERFS_DEBUG_LAZY_COMMIT_MS": "600000"})
     try:
         fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
         try:
@@ -563,13 +564,13 @@ def test_a_size_settled_lazily_survives_a_kill(volume, s3, tmp_path, kind,
         finally:
             os.close(fd)
         time.sleep(0.3)  # the release is settled (RELEASE is async)
-        assert committed_size(cache, ino, tmp_path) == (0 if kind == "new" else first)
+        before = 0 if kind == "new" else first
+        assert committed_size(cache, ino, tmp_path) == before
         if kill == "worker":
             kill_worker(m)
         else:
             m.kill_daemon()
-            m = Mount(url, mnt, cache, "--upload-delay", "600s",
-                      "--durability", "local")
+            m = Mount(url, mnt, cache, *args)
         assert p.read_bytes() == data
         assert os.stat(p).st_size == len(data)
     finally:
