@@ -46,6 +46,7 @@ static void pt_settle_all(struct fs *fs);
 static void pt_guard(struct fs *fs);
 static void open_opens(struct fs *fs);
 static void end_outside(struct fs *fs, uint64_t ino, uint64_t size);
+static int uploading(struct fs *fs, uint64_t ino);
 
 uint64_t fs_now_ms(void)
 {
@@ -250,8 +251,14 @@ static int already_dirty(struct fs *fs, uint64_t ino, uint32_t flags,
 static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 {
 	uint64_t now = fs_now_ms();
-	/* a write to a file already queued costs no metadata write */
-	if (flags && already_dirty(fs, ino, flags, now))
+	/* a write to a file already queued costs no metadata write; but not
+	 * while the file uploads. That upload may have taken it off the
+	 * queue before a write queued it again, and then read the change
+	 * counter and the bytes: the change counter must move, or it calls
+	 * the file clean and nothing sends what was written meanwhile.
+	 * Checked first: a write seen before the claim was in the cache file
+	 * before the upload read it */
+	if (flags && !uploading(fs, ino) && already_dirty(fs, ino, flags, now))
 		return;
 	if (meta_set_dirty(fs->meta, ino, flags) == 0)
 		dirty_add(fs, ino, now, flags);
@@ -476,6 +483,16 @@ static int claimed(struct fs *fs, uint64_t ino, const char *key)
 		if (strcmp(fs->claimed_keys[i], key) == 0)
 			return 1;
 	return 0;
+}
+
+/* 1 while an upload of ino runs: from its claim, before it reads the
+ * change counter, to its unclaim, after it cleared the dirty flags. */
+static int uploading(struct fs *fs, uint64_t ino)
+{
+	pthread_mutex_lock(&fs->claim_lock);
+	int yes = claimed(fs, ino, NULL);
+	pthread_mutex_unlock(&fs->claim_lock);
+	return yes;
 }
 
 /* Waits until neither ino (0: none) nor key (NULL: none) is claimed, then
@@ -935,6 +952,8 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 	struct s3_error e;
 
 	int have_key = 0;
+	/* between the queue and the claim (a test widens it) */
+	fs_debug_pause("TIERFS_DEBUG_SYNC_PAUSE_MS");
 	settle_wait(fs);
 	pt_settle(fs, ino); /* meta's size and times, for the headers */
 	pthread_rwlock_rdlock(&fs->s3_lock);

@@ -4,6 +4,7 @@ Run under `eval "$(hack/s3-local.sh env)"`.
 """
 
 import hashlib
+import mmap
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from faultproxy import FaultProxy
 from s3util import body, keys, skip_unless_s3
 from tierfs_mount import Mount, cached_bytes
 
@@ -246,6 +248,63 @@ def test_fsync_while_another_process_keeps_writing_succeeds(
         assert body(s3, f"{prefix}/busy.bin") == path.read_bytes()
     finally:
         assert m.unmount() == 0, m.output()
+
+
+def wait_for(pred, m, timeout=30):
+    """pred()'s first true value, within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not (got := pred()):
+        assert time.monotonic() < deadline, m.output()
+        time.sleep(0.01)
+    return got
+
+
+def test_a_write_while_its_file_uploads_is_never_called_clean(
+        volume, s3, tmp_path):
+    """A write to a file already queued for upload costs no metadata
+    write. An upload takes the file off the queue and then waits its turn
+    (here: held before its claim); a write meanwhile queued the file again.
+    The upload read the change counter after that write, and the writes
+    during its PUT, finding the file queued, left the counter alone: the
+    upload called the file clean, and neither the flusher nor fsync ever
+    sent those writes (test_fsync_while_another_process_keeps_writing_
+    succeeds found it, now and then, under load)."""
+    url, prefix = volume
+    key = f"{prefix}/f"
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    proxy.start()
+    m = None
+    try:
+        # the first upload: held 3 s before its claim, its PUT 2 s
+        proxy.add_rule("delay:2000", method="PUT", path=f"/{key}", count=1)
+        m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"),
+                  *MOUNT_ARGS,
+                  env={"AWS_ENDPOINT_URL": proxy.url,
+                       "TIERFS_DEBUG_SYNC_PAUSE_MS": "3000"})
+        path = Path(m.mountpoint) / "f"
+        path.write_bytes(b"a" * 65536)  # queued; the flusher takes it
+        fd = os.open(path, os.O_WRONLY | os.O_DIRECT)  # each write is sent
+        buf = mmap.mmap(-1, 4096)
+        try:
+            time.sleep(1.0)  # the flusher has it, held before its claim
+            buf[:] = b"b" * 4096
+            os.pwrite(fd, buf, 0)  # queues it again
+            put = wait_for(lambda: proxy.requests(method="PUT",
+                                                  path=f"/{key}"), m)
+            buf[:] = b"c" * 4096
+            os.pwrite(fd, buf, 8192)  # while the PUT is held
+            wait_for(lambda: put[0]["status"] is not None, m)
+            time.sleep(0.5)  # the upload is over: the file was called clean
+            os.fsync(fd)  # --durability s3: sends the "c"s
+        finally:
+            os.close(fd)
+        want = path.read_bytes()
+        assert want[8192:12288] == b"c" * 4096
+        assert body(s3, key) == want
+    finally:
+        if m:
+            assert m.unmount() == 0, m.output()
+        proxy.stop()
 
 
 def create_for(d, seconds, rate=150):
