@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
+from bigbytes import pytest_assertrepr_compare  # noqa: E402,F401
 from csi_client import Plugin, csi_bin  # noqa: E402
 
 NODE_ID = "node-a"

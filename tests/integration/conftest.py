@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bigbytes import pytest_assertrepr_compare  # noqa: E402,F401
 from s3util import BUCKET, delete_prefix  # noqa: E402
 from tierfs_mount import Mount  # noqa: E402
 
