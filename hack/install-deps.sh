@@ -17,6 +17,8 @@ PACKAGES=(
 	# tests, demo and benchmarks (git, openssl and procps are used by them;
 	# a minimal Debian image lacks them)
 	python3 python3-pytest python3-grpcio python3-boto3 fio
+	# a test that hangs fails with every thread's stack (run-tests.sh)
+	python3-pytest-timeout
 	# protoc --python_out: the CSI tests build their stubs from proto/csi.proto
 	protobuf-compiler
 	# a venv on the mount with an offline pip install (test_fs_tools.py):

@@ -13,6 +13,11 @@
 # integration half); TIERFS_ONLY=csi runs the CSI suite alone, and
 # TIERFS_ONLY=deploy the packaging checks alone. Exit status:
 # 0 only when every suite ran and nothing failed.
+#
+# A hang fails instead of running CI out of time: a pytest test that runs
+# longer than TIERFS_TEST_TIMEOUT seconds (600) ends its suite with every
+# thread's stack in the log (pytest-timeout), and a suite that runs longer
+# than TIERFS_SUITE_TIMEOUT seconds (2400) is killed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -30,6 +35,9 @@ passed=0
 failed=0
 suites_failed=()
 
+TEST_TIMEOUT=${TIERFS_TEST_TIMEOUT:-600}
+SUITE_TIMEOUT=${TIERFS_SUITE_TIMEOUT:-2400}
+
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=99}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
@@ -37,8 +45,9 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # with no count is one failure.
 run_cmocka() {
 	local name=$1 bin=$2 log=$LOGDIR/$1.log
-	"$bin" >"$log" 2>&1
+	timeout -k 30 "$SUITE_TIMEOUT" "$bin" >"$log" 2>&1
 	local rc=$?
+	{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && echo "killed after $SUITE_TIMEOUT s" >>"$log"
 	local p f
 	# a binary may run several groups: add up every group's summary
 	p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+' |
@@ -64,8 +73,10 @@ run_pytest() {
 	local name=$1
 	shift
 	local log=$LOGDIR/$name.log
-	$PY -m pytest -q -p no:cacheprovider "$@" >"$log" 2>&1
+	timeout -k 30 "$SUITE_TIMEOUT" $PY -m pytest -q -p no:cacheprovider \
+		--timeout "$TEST_TIMEOUT" --timeout-method thread "$@" >"$log" 2>&1
 	local rc=$?
+	{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && echo "killed after $SUITE_TIMEOUT s" >>"$log"
 	local summary p f e
 	summary=$(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)
 	p=$(grep -Eo '[0-9]+ passed' <<<"$summary" | grep -Eo '[0-9]+')
@@ -81,7 +92,18 @@ run_pytest() {
 	if [ "$f" -ne 0 ]; then
 		suites_failed+=("$name")
 		echo "FAIL $name ($p passed, $f failed) — log: $log"
-		tail -60 "$log"
+		if grep -q '^+* Timeout +*$' "$log"; then
+			# the test that hung: where each thread was, less the
+			# frames of Python's and pytest's own files
+			sed -n '/^+* Timeout +*$/,$p' "$log" | awk '
+				/^  File "\/usr\/lib\// { skip = 1; next }
+				/^  File "<frozen/ { skip = 1; next }
+				/^  File / { skip = 0 }
+				/^    / && skip { next }
+				{ print }' | head -120
+		else
+			tail -60 "$log"
+		fi
 	else
 		echo "ok   $name ($p passed)"
 	fi
