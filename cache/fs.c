@@ -47,6 +47,8 @@ static void pt_guard(struct fs *fs);
 static void open_opens(struct fs *fs);
 static void end_outside(struct fs *fs, uint64_t ino, uint64_t size);
 static int uploading(struct fs *fs, uint64_t ino);
+static uint32_t pt_writing(struct fs *fs, uint64_t ino);
+static void pt_owe(struct fs *fs, uint64_t ino, int owe);
 
 uint64_t fs_now_ms(void)
 {
@@ -856,9 +858,15 @@ static int upload_whole(struct fs *fs, struct data_file *df, const char *key,
 	return rc;
 }
 
+/* Sends ino's cache file. quiet: no write in passthrough can be under way
+ * (fsync: the kernel holds the inode's lock, which those writes take).
+ * Otherwise a write the kernel has begun may land after the bytes are
+ * read: its mtime moved before, so no later look sees it. Then, if the
+ * file was open for writing in passthrough, *owed is set: the bytes stay
+ * dirty and the upload may not call the file clean (pt_owe()). */
 static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 		       const struct meta_attr *a, const struct s3_put_opts *o,
-		       char *etag)
+		       char *etag, int quiet, int *owed)
 {
 	struct data_file *df;
 	struct ranges snap = RANGES_INIT;
@@ -867,6 +875,7 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 	int rc = data_get(fs->data, ino, a->size, &df);
 	if (rc)
 		return rc;
+	*owed = !quiet && pt_writing(fs, ino);
 	/* what is dirty now; writes from here on stay dirty */
 	rc = data_dirty(df, &snap);
 	int have_snap = rc == 0;
@@ -890,11 +899,14 @@ static int upload_file(struct fs *fs, uint64_t ino, const char *key,
 	}
 	/* passthrough writes meanwhile stay dirty */
 	pt_settle(fs, ino);
-	if (have_snap) {
+	*owed = *owed || (!quiet && pt_writing(fs, ino));
+	if (have_snap && !*owed) {
 		int mc = data_mark_clean(df, &snap);
 		if (!rc)
 			rc = mc;
 	}
+	if (!rc)
+		pt_owe(fs, ino, *owed);
 	ranges_free(&snap);
 	data_put(df);
 	return rc;
@@ -938,8 +950,9 @@ static int copy_to_other_names(struct fs *fs, uint64_t ino, const char *key0)
 }
 
 /* Brings S3 up to date with one inode, under the name it has now;
- * -ESTALE when that name went before anything was written. */
-static int sync_inode_once(struct fs *fs, uint64_t ino)
+ * -ESTALE when that name went before anything was written. quiet: see
+ * upload_file(). */
+static int sync_inode_once(struct fs *fs, uint64_t ino, int quiet)
 {
 	struct meta_attr a;
 	struct layout_attrs la;
@@ -951,7 +964,7 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 	uint64_t seq;
 	struct s3_error e;
 
-	int have_key = 0;
+	int have_key = 0, owed = 0;
 	/* between the queue and the claim (a test widens it) */
 	fs_debug_pause("TIERFS_DEBUG_SYNC_PAUSE_MS");
 	settle_wait(fs);
@@ -1018,9 +1031,11 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 					    key, S3_METADATA_REPLACE, &o, etag,
 					    &e);
 			if (rc == -ENOENT)
-				rc = upload_file(fs, ino, key, &a, &o, etag);
+				rc = upload_file(fs, ino, key, &a, &o, etag,
+						 quiet, &owed);
 		} else {
-			rc = upload_file(fs, ino, key, &a, &o, etag);
+			rc = upload_file(fs, ino, key, &a, &o, etag, quiet,
+					 &owed);
 		}
 		if (!rc && a.nlink > 1)
 			rc = copy_to_other_names(fs, ino, key);
@@ -1052,7 +1067,7 @@ static int sync_inode_once(struct fs *fs, uint64_t ino)
 	    strcmp(now_path, path) != 0) {
 		struct s3_error de;
 		s3_delete_object(fs->s3, fs->bucket, key, &de);
-	} else {
+	} else if (!owed) {
 		meta_clear_dirty(fs->meta, ino,
 				 META_DIRTY_DATA | META_DIRTY_ATTR |
 					 META_DIRTY_NAME,
@@ -1071,14 +1086,14 @@ out:
 	return rc;
 }
 
-/* Brings S3 up to date with one inode. */
-static int sync_inode(struct fs *fs, uint64_t ino)
+/* Brings S3 up to date with one inode; quiet: see upload_file(). */
+static int sync_inode(struct fs *fs, uint64_t ino, int quiet)
 {
 	int rc;
 	/* renamed or unlinked while it was read: again, under its new name
 	 * (an inode renamed without end gives up, still dirty) */
 	for (int tries = 0; tries < 100; tries++)
-		if ((rc = sync_inode_once(fs, ino)) != -ESTALE)
+		if ((rc = sync_inode_once(fs, ino, quiet)) != -ESTALE)
 			return rc;
 	return -EAGAIN;
 }
@@ -1102,7 +1117,7 @@ static void *batch_worker(void *arg)
 		pthread_mutex_unlock(&b->lock);
 		if (i == b->n)
 			return NULL;
-		int rc = sync_inode(b->fs, b->inos[i]);
+		int rc = sync_inode(b->fs, b->inos[i], 0);
 		if (rc) {
 			/* its flags are still set in meta: requeue only */
 			dirty_add(b->fs, b->inos[i], fs_now_ms(), 0);
@@ -2458,6 +2473,39 @@ static int pt_settle(struct fs *fs, uint64_t ino)
 	return changed;
 }
 
+/* How many opens may write ino in passthrough. */
+static uint32_t pt_writing(struct fs *fs, uint64_t ino)
+{
+	if (!__atomic_load_n(&fs->pt_writers, __ATOMIC_RELAXED))
+		return 0;
+	pthread_mutex_lock(&fs->lock);
+	struct handle *h = *handle_slot(fs, ino);
+	uint32_t n = h ? h->writers : 0;
+	pthread_mutex_unlock(&fs->lock);
+	return n;
+}
+
+/* After an upload of ino: owe, it could not vouch for the bytes it read
+ * (upload_file()). They stay dirty, and the file is queued again once no
+ * open may write it in passthrough: now, or at the last such release
+ * (pt_writer_gone()); until then each settlement that sees a change
+ * queues it as before. Not owe: it vouched, nothing is owed. */
+static void pt_owe(struct fs *fs, uint64_t ino, int owe)
+{
+	if (!owe && !__atomic_load_n(&fs->pt_writers, __ATOMIC_RELAXED))
+		return; /* no writer, so no handle owes */
+	pthread_mutex_lock(&fs->pt_lock);
+	pthread_mutex_lock(&fs->lock);
+	struct handle *h = *handle_slot(fs, ino);
+	int later = h && h->writers;
+	if (h)
+		h->owed = owe && later;
+	pthread_mutex_unlock(&fs->lock);
+	pthread_mutex_unlock(&fs->pt_lock);
+	if (owe && !later)
+		dirty_add(fs, ino, fs_now_ms(), 0);
+}
+
 /* pt_settle() for every file open for writing in passthrough. */
 static void pt_settle_all(struct fs *fs)
 {
@@ -2559,9 +2607,12 @@ static void pt_writer_gone(struct fs *fs, uint64_t ino)
 	struct pt_seen seen = {0};
 	pthread_mutex_lock(&fs->lock);
 	struct handle *h = *handle_slot(fs, ino);
+	int owed = 0;
 	if (h && h->writers && --h->writers == 0) { /* the last */
 		df = data_ref(h->df);
 		seen = h->seen;
+		owed = h->owed;
+		h->owed = 0;
 		if (h->frozen && data_freeze(h->df, 0) == 0)
 			h->frozen = 0;
 		__atomic_sub_fetch(&fs->pt_writers, 1, __ATOMIC_RELAXED);
@@ -2573,6 +2624,8 @@ static void pt_writer_gone(struct fs *fs, uint64_t ino)
 		settle_file(fs, ino, df, &seen, DATA_OUTSIDE_END);
 		data_put(df);
 	}
+	if (owed) /* still dirty: see pt_owe() */
+		mark_dirty(fs, ino, META_DIRTY_DATA);
 }
 
 /* One open the last worker recorded: a handle as it left it, holding
@@ -2978,7 +3031,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	/* durable in S3 when fsync returns (--durability s3); S3 out of
 	 * reach past --s3-timeout: EIO, and the data stays dirty in the
 	 * cache, to be sent when S3 is back */
-	rc = sync_inode(fs, ino);
+	rc = sync_inode(fs, ino, 1); /* the kernel holds the inode's lock */
 	if (!rc)
 		rc = meta_commit(fs->meta);
 	if (rc)

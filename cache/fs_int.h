@@ -195,6 +195,7 @@ struct handle {
 	int slot;
 	struct pt_seen seen;
 	int frozen; /* its cache file is immutable (pt_guard()) */
+	int owed;   /* an upload could not vouch for it: see pt_owe() */
 };
 
 uint64_t fs_now_ms(void);

@@ -201,6 +201,55 @@ def test_writes_while_uploads_run_all_reach_s3(volume, s3, tmp_path):
     assert body(s3, f"{prefix}/log") == bytes(want)
 
 
+def test_a_write_under_way_while_its_file_uploads_is_sent_after_it(
+        volume, s3, tmp_path):
+    """The kernel moves a file's mtime when a write begins, before it
+    copies the bytes. An upload that read the file in between saw the new
+    mtime and the old bytes; no later look saw a change, so the file was
+    called clean and the write never reached S3. The write here copies
+    from a mapping of another file whose bytes S3 (through the fault
+    proxy) takes 3 s to give: it is under way while the flusher uploads.
+    A file open for writing in passthrough is now called clean only by an
+    upload no write can overlap (fsync), or once its writers are gone."""
+    url, prefix = volume
+    old, new = b"o" * 65536, b"n" * 65536
+    s3.put_object(Bucket=url.split("/")[2], Key=f"{prefix}/src", Body=new)
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    proxy.start()
+    m = None
+    try:
+        m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *ARGS,
+                  env={"AWS_ENDPOINT_URL": proxy.url})
+        dst = Path(m.mountpoint) / "dst"
+        dst.write_bytes(old)  # whole in the cache: opened in passthrough
+        wait_for_object(s3, f"{prefix}/dst", old)
+        proxy.add_rule("delay:3000", method="GET", path=f"/{prefix}/src")
+        # not in the cache: read through the worker, from S3
+        with open(Path(m.mountpoint) / "src", "rb") as f:
+            src = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        fd = os.open(dst, os.O_WRONLY)
+        try:
+            puts = len(proxy.requests(method="PUT", path=f"/{prefix}/dst"))
+            writer = threading.Thread(target=os.pwrite, args=(fd, src, 0))
+            writer.start()
+            deadline = time.monotonic() + 30
+            while len(proxy.requests(method="PUT",
+                                     path=f"/{prefix}/dst")) == puts:
+                assert time.monotonic() < deadline, "no upload meanwhile"
+                time.sleep(0.01)
+            assert writer.is_alive(), "the write ended before the upload"
+            writer.join(30)
+        finally:
+            os.close(fd)
+            src.close()
+        assert dst.read_bytes() == new
+    finally:
+        if m:
+            assert m.unmount() == 0, m.output()
+        proxy.stop()
+    assert body(s3, f"{prefix}/dst") == new
+
+
 def test_mmap_writes_of_a_file_in_passthrough_reach_s3(volume, s3, tmp_path):
     _, prefix = volume
     m = mounted(volume, tmp_path)
