@@ -3009,7 +3009,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	 * crash makes the cache take it at its size on disk, all dirty
 	 * (data_open()), and the store from there (recover_dirty_files()).
 	 * Its times and its place in the upload queue follow at the next
-	 * stat or flusher tick. Saves a SQLite commit the store's work. */
+	 * stat or flusher tick. This saves the store a SQLite commit. */
 	if (!fs->cfg.durability_local || !datasync)
 		pt_settle(fs, ino);
 	if (fs->cfg.durability_local) {
