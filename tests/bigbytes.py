@@ -14,9 +14,9 @@ def pytest_assertrepr_compare(op, left, right):
     if op != "==" or not (isinstance(left, kinds) and isinstance(right, kinds)):
         return None
     left, right = bytes(left), bytes(right)
-    if max(len(left), len(right)) <= BLOCK:
-        return None  # pytest's own diff is quick and says more
     n = max(len(left), len(right))
+    if n <= BLOCK:
+        return None  # pytest's own diff is quick and says more
     blocks = [i for i in range(0, n, BLOCK)
               if left[i:i + BLOCK] != right[i:i + BLOCK]]
     first = next((i for i in range(blocks[0], blocks[0] + BLOCK)

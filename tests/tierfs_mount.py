@@ -16,6 +16,19 @@ def cached_bytes(cache_dir):
                if e.is_file() and e.name.isdigit())
 
 
+def wait_for(pred, what, timeout=30, every=0.2):
+    """pred()'s first true value, asked every `every` seconds; fails after
+    timeout seconds, saying what was waited for (what: text, or a callable
+    that gives it then, such as Mount.output)."""
+    deadline = time.monotonic() + timeout
+    while not (got := pred()):
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out waiting for {what() if callable(what) else what}")
+        time.sleep(every)
+    return got
+
+
 def is_mounted(path):
     path = os.path.realpath(path)
     with open("/proc/self/mountinfo") as f:

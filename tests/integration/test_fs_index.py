@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from s3util import body, keys, skip_unless_s3
-from tierfs_mount import TIERFS, Mount, is_mounted
+from tierfs_mount import TIERFS, Mount, is_mounted, wait_for
 
 skip_unless_s3()
 
@@ -46,14 +46,6 @@ def snapshot_tree(root):
                 st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_nlink,
                 st.st_size, st.st_mtime_ns, xattrs, what)
     return out
-
-
-def wait_for(pred, what, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_a_new_node_loads_the_snapshot_with_inodes_hard_links_and_xattrs(

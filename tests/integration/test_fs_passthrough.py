@@ -27,7 +27,7 @@ import pytest
 
 from faultproxy import FaultProxy
 from s3util import body, skip_unless_s3
-from tierfs_mount import Mount
+from tierfs_mount import Mount, wait_for
 
 skip_unless_s3()
 
@@ -232,11 +232,9 @@ def test_a_write_under_way_while_its_file_uploads_is_sent_after_it(
             puts = len(proxy.requests(method="PUT", path=f"/{prefix}/dst"))
             writer = threading.Thread(target=os.pwrite, args=(fd, src, 0))
             writer.start()
-            deadline = time.monotonic() + 30
-            while len(proxy.requests(method="PUT",
-                                     path=f"/{prefix}/dst")) == puts:
-                assert time.monotonic() < deadline, "no upload meanwhile"
-                time.sleep(0.01)
+            wait_for(lambda: len(proxy.requests(
+                method="PUT", path=f"/{prefix}/dst")) > puts,
+                "an upload meanwhile", every=0.01)
             assert writer.is_alive(), "the write ended before the upload"
             writer.join(30)
         finally:
@@ -602,10 +600,8 @@ def test_a_size_settled_lazily_survives_a_kill(volume, s3, tmp_path, kind,
     try:
         # nor the reconciliation that follows a mount from the index
         mounts = 2 if kind == "logged" else 1
-        deadline = time.monotonic() + 30
-        while m.output().count("reconciled with") < mounts:
-            assert time.monotonic() < deadline, m.output()
-            time.sleep(0.02)
+        wait_for(lambda: m.output().count("reconciled with") >= mounts,
+                 m.output, every=0.02)
         fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
         try:
             os.pwrite(fd, data[:first], 0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from faultproxy import FaultProxy
 from s3util import body, keys, skip_unless_s3
-from tierfs_mount import Mount, cached_bytes
+from tierfs_mount import Mount, cached_bytes, wait_for
 
 skip_unless_s3()
 
@@ -250,15 +250,6 @@ def test_fsync_while_another_process_keeps_writing_succeeds(
         assert m.unmount() == 0, m.output()
 
 
-def wait_for(pred, m, timeout=30):
-    """pred()'s first true value, within timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while not (got := pred()):
-        assert time.monotonic() < deadline, m.output()
-        time.sleep(0.01)
-    return got
-
-
 def test_a_write_while_its_file_uploads_is_never_called_clean(
         volume, s3, tmp_path):
     """A write to a file already queued for upload costs no metadata
@@ -290,10 +281,12 @@ def test_a_write_while_its_file_uploads_is_never_called_clean(
             buf[:] = b"b" * 4096
             os.pwrite(fd, buf, 0)  # queues it again
             put = wait_for(lambda: proxy.requests(method="PUT",
-                                                  path=f"/{key}"), m)
+                                                  path=f"/{key}"),
+                           m.output, every=0.01)
             buf[:] = b"c" * 4096
             os.pwrite(fd, buf, 8192)  # while the PUT is held
-            wait_for(lambda: put[0]["status"] is not None, m)
+            wait_for(lambda: put[0]["status"] is not None, m.output,
+                     every=0.01)
             time.sleep(0.5)  # the upload is over: the file was called clean
             os.fsync(fd)  # --durability s3: sends the "c"s
         finally:
