@@ -41,13 +41,25 @@ SUITE_TIMEOUT=${TIERFS_SUITE_TIMEOUT:-2400}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:exitcode=99}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
+# Runs "$@" with its output in the log $1, killed past SUITE_TIMEOUT
+# (which the log then says); returns its exit status.
+run_limited() {
+	local log=$1
+	shift
+	timeout -k 30 "$SUITE_TIMEOUT" "$@" >"$log" 2>&1
+	local rc=$?
+	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+		echo "killed after $SUITE_TIMEOUT s" >>"$log"
+	fi
+	return "$rc"
+}
+
 # Runs one cmocka binary and adds its counts; a crash or sanitizer report
 # with no count is one failure.
 run_cmocka() {
 	local name=$1 bin=$2 log=$LOGDIR/$1.log
-	timeout -k 30 "$SUITE_TIMEOUT" "$bin" >"$log" 2>&1
+	run_limited "$log" "$bin"
 	local rc=$?
-	{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && echo "killed after $SUITE_TIMEOUT s" >>"$log"
 	local p f
 	# a binary may run several groups: add up every group's summary
 	p=$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+' |
@@ -73,10 +85,9 @@ run_pytest() {
 	local name=$1
 	shift
 	local log=$LOGDIR/$name.log
-	timeout -k 30 "$SUITE_TIMEOUT" $PY -m pytest -q -p no:cacheprovider \
-		--timeout "$TEST_TIMEOUT" --timeout-method thread "$@" >"$log" 2>&1
+	run_limited "$log" $PY -m pytest -q -p no:cacheprovider \
+		--timeout "$TEST_TIMEOUT" --timeout-method thread "$@"
 	local rc=$?
-	{ [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && echo "killed after $SUITE_TIMEOUT s" >>"$log"
 	local summary p f e
 	summary=$(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)
 	p=$(grep -Eo '[0-9]+ passed' <<<"$summary" | grep -Eo '[0-9]+')
