@@ -114,7 +114,8 @@ def test_killing_the_worker_under_load_loses_nothing_and_fails_nothing(
         for _ in range(3):
             time.sleep(0.7)
             # the kills must land while both still run
-            assert loop.poll() is None and fio.poll() is None
+            assert loop.poll() is None, loop.communicate()[0]
+            assert fio.poll() is None, fio.communicate()[0]
             kill_worker(m)
         out, _ = loop.communicate(timeout=300)
         assert loop.returncode == 0, out
