@@ -187,8 +187,6 @@
 #define DATA_COPY_CHUNK (256u << 10)
 #define DATA_FETCH_TMP_PREFIX ".fetch."
 #define DATA_SPARE_PREFIX ".spare."
-/* where the tidier makes spares (see "tidying") */
-#define DATA_MAKING_DIR ".making"
 #define DATA_NEW_SUFFIX ".new"
 #define DATA_BOOT_NAME "boot"	  /* the boot id of the last open */
 #define DATA_SYNCED_NAME "synced" /* the last close synced everything */
@@ -293,7 +291,6 @@ struct data {
 	struct data_config cfg; /* cfg.dir points at path */
 	char *path;		/* owned */
 	int dirfd;		/* owned */
-	int makefd;		/* DATA_MAKING_DIR; owned, or -1 */
 	/* the disk may not hold what the logs say (see data_open()): the
 	 * load keeps only dirty bytes; counts what it dropped */
 	int distrust;
@@ -328,26 +325,11 @@ struct data {
 	uint64_t *spares;
 	size_t nspares;
 	uint64_t spare_next;
-	/* the tidier (see "tidying"): tidy_lock is taken alone */
-	pthread_mutex_t tidy_lock;
-	pthread_cond_t tidy_wake;
-	struct tidy_drop *drops; /* removed files whose names go */
-	size_t ndrops, capdrops;
-	int tidy_spares; /* spares run low: make more */
-	int tidy_stop;
-	int has_tidier;
-	pthread_t tidier;
-};
-
-struct tidy_drop {
-	uint64_t ino;
-	int keep; /* as spares (see drop_pair()) */
 };
 
 /* ---- small helpers ---- */
 
 static int room_for(struct data *d, uint64_t len, int urgent);
-static void tidy_spares(struct data *d);
 static int prefetch_start(struct data *d);
 static void prefetch_stop(struct data *d);
 
@@ -383,13 +365,6 @@ static void broadcast(pthread_cond_t *c)
 	int rc = pthread_cond_broadcast(c);
 	if (rc)
 		die("pthread_cond_broadcast", rc);
-}
-
-static void signal_cond(pthread_cond_t *c)
-{
-	int rc = pthread_cond_signal(c);
-	if (rc)
-		die("pthread_cond_signal", rc);
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
@@ -472,195 +447,6 @@ static int drop_pair(struct data *d, uint64_t ino, int keep)
 	return rc ? rc : lrc ? lrc : frc;
 }
 
-/* ---- tidying ----
- * One thread, the tidier, does the file work no request needs to wait for:
- * - The names of a file data_remove_later() removed. A forgotten inode's
- *   files became spares (or went) inside its FORGET, under d->lock: a
- *   truncate and a rename each, which every other FORGET of a burst of
- *   unlinks waited for (a millisecond each, on average, over 5,000). The
- *   record leaves the table at once; a crash before the tidier gets to
- *   its names leaves files of an inode the store no longer has, which
- *   the caller drops when it starts (fs.c, drop_orphans()).
- * - Spares ahead of creates: when a take leaves fewer than
- *   cfg.spares_ahead / 2, it makes empty ones up to spares_ahead. A
- *   burst of creates then takes them by rename, and ext4's allocation of
- *   their inodes (see data_config.spares) runs beside the requests, not
- *   inside them. It makes each in DATA_MAKING_DIR, then renames it into
- *   DIR as a spare: ext4 holds the directory's lock while it allocates
- *   the inode, and made in DIR they held up the creates, renames and
- *   unlinks of the requests (a tenth of the worker's CPU spun on it). A
- *   crash leaves at most a file there, which data_open() deletes.
- * Drops come first; a stop waits for the drops queued. tidy_lock is a
- * leaf: taken under d->lock, never around another lock. */
-
-/* Asks the tidier for spares. */
-static void tidy_spares(struct data *d)
-{
-	if (!d->has_tidier)
-		return;
-	lock_mutex(&d->tidy_lock);
-	if (!d->tidy_spares) {
-		d->tidy_spares = 1;
-		signal_cond(&d->tidy_wake);
-	}
-	unlock_mutex(&d->tidy_lock);
-}
-
-/* Queues ino's names for the tidier; keep: as spares. -ENOMEM when the
- * queue cannot grow (the caller drops them itself). */
-static int tidy_drop(struct data *d, uint64_t ino, int keep)
-{
-	int rc = 0;
-	lock_mutex(&d->tidy_lock);
-	if (d->ndrops == d->capdrops) {
-		size_t cap = d->capdrops ? d->capdrops * 2 : 64;
-		struct tidy_drop *v = realloc(d->drops, cap * sizeof(*v));
-		if (!v) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		d->drops = v;
-		d->capdrops = cap;
-	}
-	d->drops[d->ndrops++] = (struct tidy_drop){ino, keep};
-	if (d->ndrops == 1)
-		signal_cond(&d->tidy_wake);
-out:
-	unlock_mutex(&d->tidy_lock);
-	return rc;
-}
-
-/* Makes empty spares until spares_ahead are kept, the stack is full, a
- * drop is queued or the tidier is told to stop. -errno of a file that
- * could not be made (the next low take asks again). */
-static int make_spares(struct data *d)
-{
-	char sp[DATA_NAME_MAX];
-	while (!__atomic_load_n(&d->ndrops, __ATOMIC_RELAXED) &&
-	       !__atomic_load_n(&d->tidy_stop, __ATOMIC_RELAXED)) {
-		lock_mutex(&d->spare_lock);
-		size_t want = min_u64(d->cfg.spares_ahead, d->cfg.spares);
-		int more = d->nspares < want;
-		uint64_t n = d->spare_next;
-		d->spare_next += more;
-		unlock_mutex(&d->spare_lock);
-		if (!more)
-			break;
-		char tmp[DATA_NAME_MAX];
-		file_name(tmp, n, "");
-		spare_name(sp, n);
-		int fd = openat(d->makefd, tmp,
-				O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0)
-			return -errno;
-		(void)close(fd);
-		if (renameat(d->makefd, tmp, d->dirfd, sp)) {
-			int rc = -errno;
-			(void)unlinkat(d->makefd, tmp, 0);
-			return rc;
-		}
-		lock_mutex(&d->spare_lock);
-		int room = d->nspares < d->cfg.spares;
-		if (room)
-			d->spares[d->nspares++] = n;
-		unlock_mutex(&d->spare_lock);
-		if (!room) /* drops filled it meanwhile */
-			return unlinkat(d->dirfd, sp, 0) ? -errno : 0;
-	}
-	return 0;
-}
-
-static void *tidy_main(void *arg)
-{
-	struct data *d = arg;
-	lock_mutex(&d->tidy_lock);
-	for (;;) {
-		if (d->ndrops) {
-			struct tidy_drop *v = d->drops;
-			size_t n = d->ndrops;
-			d->drops = NULL;
-			d->ndrops = d->capdrops = 0;
-			unlock_mutex(&d->tidy_lock);
-			for (size_t i = 0; i < n; i++)
-				(void)drop_pair(d, v[i].ino, v[i].keep);
-			free(v);
-			lock_mutex(&d->tidy_lock);
-		} else if (d->tidy_stop) {
-			break;
-		} else if (d->tidy_spares) {
-			d->tidy_spares = 0;
-			unlock_mutex(&d->tidy_lock);
-			(void)make_spares(d);
-			lock_mutex(&d->tidy_lock);
-		} else {
-			wait_cond(&d->tidy_wake, &d->tidy_lock);
-		}
-	}
-	unlock_mutex(&d->tidy_lock);
-	return NULL;
-}
-
-/* Drops what is queued and joins the tidier. */
-static void tidy_stop(struct data *d)
-{
-	if (!d->has_tidier)
-		return;
-	lock_mutex(&d->tidy_lock);
-	d->tidy_stop = 1;
-	signal_cond(&d->tidy_wake);
-	unlock_mutex(&d->tidy_lock);
-	int rc = pthread_join(d->tidier, NULL);
-	if (rc)
-		die("pthread_join", rc);
-	d->has_tidier = 0;
-}
-
-/* Opens DATA_MAKING_DIR (made if absent), emptied of what a crash left
- * in it. */
-static int making_open(struct data *d)
-{
-	if (mkdirat(d->dirfd, DATA_MAKING_DIR, 0700) && errno != EEXIST)
-		return -errno;
-	d->makefd = openat(d->dirfd, DATA_MAKING_DIR,
-			   O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (d->makefd < 0)
-		return -errno;
-	int dfd = dup(d->makefd);
-	DIR *dir = dfd < 0 ? NULL : fdopendir(dfd);
-	if (!dir) {
-		int rc = -errno;
-		if (dfd >= 0)
-			(void)close(dfd);
-		return rc;
-	}
-	int rc = 0;
-	struct dirent *de;
-	while (rc == 0 && (errno = 0, de = readdir(dir)) != NULL)
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-		    unlinkat(d->makefd, de->d_name, 0) && errno != ENOENT)
-			rc = -errno;
-	if (rc == 0 && errno)
-		rc = -errno;
-	(void)closedir(dir);
-	return rc;
-}
-
-static int tidy_start(struct data *d)
-{
-	if (d->cfg.spares_ahead) {
-		int rc = making_open(d);
-		if (rc)
-			return rc;
-	}
-	int rc = pthread_create(&d->tidier, NULL, tidy_main, d);
-	if (rc)
-		return -rc;
-	d->has_tidier = 1;
-	if (d->cfg.spares_ahead)
-		tidy_spares(d);
-	return 0;
-}
-
 /* openat(name, flags | O_CREAT | O_TRUNC, 0600): an empty file, a spare
  * renamed name when there is one. */
 static int open_fresh(struct data *d, const char *name, int flags)
@@ -676,10 +462,7 @@ static int open_fresh(struct data *d, const char *name, int flags)
 		if (errno != ENOENT)
 			break;
 	}
-	int low = d->nspares < d->cfg.spares_ahead / 2;
 	unlock_mutex(&d->spare_lock);
-	if (low)
-		tidy_spares(d);
 	return openat(d->dirfd, name, flags | O_CREAT | O_TRUNC, 0600);
 }
 
@@ -2248,7 +2031,6 @@ int data_open(const struct data_config *cfg, struct data **out)
 	rc = mkdir_p(d->path);
 	if (rc)
 		goto fail_2;
-	d->makefd = -1;
 	d->dirfd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (d->dirfd < 0) {
 		rc = -errno;
@@ -2269,12 +2051,6 @@ int data_open(const struct data_config *cfg, struct data **out)
 	rc = -pthread_cond_init(&d->opened, NULL);
 	if (rc)
 		goto fail_3e;
-	rc = -pthread_mutex_init(&d->tidy_lock, NULL);
-	if (rc)
-		goto fail_3f;
-	rc = -pthread_cond_init(&d->tidy_wake, NULL);
-	if (rc)
-		goto fail_3g;
 	/* the metadata store shares this filesystem and must never find it
 	 * full: writes stop short of an eighth of it, at most the reserve */
 	struct statvfs sv;
@@ -2305,12 +2081,7 @@ int data_open(const struct data_config *cfg, struct data **out)
 	if (!rc)
 		rc = record_boot(d, boot, same_boot, synced);
 	if (!rc)
-		rc = tidy_start(d);
-	if (!rc) {
 		rc = prefetch_start(d);
-		if (rc)
-			tidy_stop(d);
-	}
 	if (rc)
 		goto fail_5;
 	*out = d;
@@ -2322,10 +2093,6 @@ fail_5:
 fail_4:
 	free(d->buckets); /* empty, when the spares' stack was not made */
 	free(d->spares);
-	pthread_cond_destroy(&d->tidy_wake);
-fail_3g:
-	pthread_mutex_destroy(&d->tidy_lock);
-fail_3f:
 	pthread_cond_destroy(&d->opened);
 fail_3e:
 	pthread_mutex_destroy(&d->spare_lock);
@@ -2336,8 +2103,6 @@ fail_3c:
 fail_3b:
 	pthread_mutex_destroy(&d->lock);
 fail_3:
-	if (d->makefd >= 0)
-		(void)close(d->makefd);
 	(void)close(d->dirfd);
 fail_2:
 	free(d->path);
@@ -2351,7 +2116,6 @@ void data_close(struct data *d)
 	if (!d)
 		return;
 	prefetch_stop(d);
-	tidy_stop(d);
 	free_all_files(d);
 	/* every byte and line on the disk: an open after a reboot may take
 	 * the logs at their word (logs_trusted()); not while one that a
@@ -2363,16 +2127,11 @@ void data_close(struct data *d)
 			(void)fsync(d->dirfd);
 	}
 	free(d->spares);
-	free(d->drops);
-	pthread_cond_destroy(&d->tidy_wake);
-	pthread_mutex_destroy(&d->tidy_lock);
 	pthread_cond_destroy(&d->opened);
 	pthread_mutex_destroy(&d->spare_lock);
 	pthread_cond_destroy(&d->pf_wake);
 	pthread_mutex_destroy(&d->pf_lock);
 	pthread_mutex_destroy(&d->lock);
-	if (d->makefd >= 0)
-		(void)close(d->makefd);
 	(void)close(d->dirfd); /* a directory: nothing to flush */
 	free(d->path);
 	free(d);
@@ -2420,7 +2179,7 @@ static struct data_file *find_settled(struct data *d, uint64_t ino)
 
 /* Drops ino's file and log, under d->lock; busy_ok 0: only if nobody
  * holds it and nothing in it is dirty (-EBUSY otherwise). */
-static int remove_locked(struct data *d, uint64_t ino, int busy_ok, int later)
+static int remove_locked(struct data *d, uint64_t ino, int busy_ok)
 {
 	struct data_file *f = find_settled(d, ino);
 	if (f) {
@@ -2438,10 +2197,7 @@ static int remove_locked(struct data *d, uint64_t ino, int busy_ok, int later)
 			lru_unlink(d, f);
 	}
 	/* a file still open keeps its bytes for its readers */
-	int keep = f && f->refs == 0;
-	int rc = later && d->has_tidier ? tidy_drop(d, ino, keep) : -ENOMEM;
-	if (rc)
-		rc = drop_pair(d, ino, keep);
+	int rc = drop_pair(d, ino, f && f->refs == 0);
 	if (f && f->refs == 0)
 		file_free(f); /* else the last data_put() frees it */
 	return rc;
@@ -2541,7 +2297,7 @@ again:
 	lock_mutex(&d->lock);
 	struct data_file *f = hash_find(d, ino);
 	int earlier = f != NULL; /* an earlier file's (freed once removed) */
-	int rc = f && f->refs ? -EBUSY : f ? remove_locked(d, ino, 1, 0) : 0;
+	int rc = f && f->refs ? -EBUSY : f ? remove_locked(d, ino, 1) : 0;
 	unlock_mutex(&d->lock);
 	/* The files are made without the lock: a new inode can take ext4 a
 	 * millisecond (see data_config.spares), and every other file's
@@ -3349,27 +3105,22 @@ int data_sync(struct data_file *f)
 	return rc;
 }
 
-static int remove_file(struct data *d, uint64_t ino, int busy_ok, int later)
+static int remove_file(struct data *d, uint64_t ino, int busy_ok)
 {
 	lock_mutex(&d->lock);
-	int rc = remove_locked(d, ino, busy_ok, later);
+	int rc = remove_locked(d, ino, busy_ok);
 	unlock_mutex(&d->lock);
 	return rc;
 }
 
 int data_remove(struct data *d, uint64_t ino)
 {
-	return remove_file(d, ino, 1, 0);
-}
-
-void data_remove_later(struct data *d, uint64_t ino)
-{
-	(void)remove_file(d, ino, 1, 1);
+	return remove_file(d, ino, 1);
 }
 
 int data_drop_clean(struct data *d, uint64_t ino)
 {
-	return remove_file(d, ino, 0, 0);
+	return remove_file(d, ino, 0);
 }
 
 /* Whether the cache is over its byte limit or under its free floor. */

@@ -50,8 +50,6 @@
 #define DATA_DEFAULT_RESERVE (64ull << 20)
 /* see data_config.spares */
 #define DATA_DEFAULT_SPARES 8192
-/* see data_config.spares_ahead: what a mount keeps */
-#define DATA_MOUNT_SPARES_AHEAD 512
 
 /* A fetch under way, for data_fetch_landed(). */
 struct data_fetch;
@@ -99,10 +97,6 @@ struct data_config {
 	 * half the worker's CPU in a burst of creates after deletes. 0:
 	 * none kept */
 	unsigned spares;
-	/* a tidier thread keeps this many spares ready (at most spares),
-	 * making empty ones when a create leaves fewer than half: a burst of
-	 * creates takes them by rename. 0 (data_config_init()): none made */
-	unsigned spares_ahead;
 	/* this boot's id (tests); NULL: the kernel's. A cache last open in
 	 * another boot, and not closed cleanly since, keeps only its dirty
 	 * bytes (data_open()) */
@@ -252,10 +246,6 @@ int data_sync(struct data_file *f);
 
 /* Drops ino's cache file and log (the inode is gone). */
 int data_remove(struct data *d, uint64_t ino);
-/* data_remove() whose files go on the tidier's thread (see data.c,
- * "tidying"), after this returns: for an inode the caller's store no
- * longer has, whose files it drops when it starts if a crash came first */
-void data_remove_later(struct data *d, uint64_t ino);
 /* The inodes that have a record here (a cache file), malloc'ed. */
 int data_inos(struct data *d, uint64_t **inos, size_t *n);
 /* A file holding dirty bytes and the size the cache keeps for it. */

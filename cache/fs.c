@@ -64,7 +64,7 @@ struct timespec fs_now_real(void)
 	return ts;
 }
 
-unsigned fs_debug_num(const char *env, unsigned dflt)
+unsigned fs_debug_ms(const char *env, unsigned dflt)
 {
 	const char *ms = getenv(env);
 	return ms ? (unsigned)strtoul(ms, NULL, 10) : dflt;
@@ -72,7 +72,7 @@ unsigned fs_debug_num(const char *env, unsigned dflt)
 
 void fs_debug_pause(const char *env)
 {
-	unsigned ms = fs_debug_num(env, 0);
+	unsigned ms = fs_debug_ms(env, 0);
 	if (ms)
 		usleep((useconds_t)ms * 1000);
 }
@@ -1455,7 +1455,7 @@ static void fill_entry(struct fs *fs, const struct meta_attr *a,
 static void forget_one(struct fs *fs, uint64_t ino, uint64_t n)
 {
 	if (meta_forget(fs->meta, ino, n) == 1)
-		data_remove_later(fs->data, ino);
+		data_remove(fs->data, ino);
 }
 
 /* Replies with an entry whose lookup reference is already taken (by

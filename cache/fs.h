@@ -151,10 +151,9 @@ int fs_capacity_write(const char *cache_dir, uint64_t bytes);
  * variable env names (TIERFS_DEBUG_*_PAUSE_MS), if it is set, to widen a
  * race window a test must see handled. */
 void fs_debug_pause(const char *env);
-/* The number the environment variable env holds, or dflt when it is not
- * set (TIERFS_DEBUG_LAZY_COMMIT_MS: a test holds lazy changes back;
- * TIERFS_DEBUG_SPARES_AHEAD: one makes no spares ahead) */
-unsigned fs_debug_num(const char *env, unsigned dflt);
+/* The milliseconds the environment variable env names, or dflt when it is
+ * not set (TIERFS_DEBUG_LAZY_COMMIT_MS: a test holds lazy changes back) */
+unsigned fs_debug_ms(const char *env, unsigned dflt);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 

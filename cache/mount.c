@@ -595,7 +595,7 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	/* but a write's mtime alone may wait a little: the kernel holds it
 	 * (writeback cache) and sends it again with SETATTR */
 	mc.lazy_commit_ms =
-		fs_debug_num("TIERFS_DEBUG_LAZY_COMMIT_MS", FS_LAZY_COMMIT_MS);
+		fs_debug_ms("TIERFS_DEBUG_LAZY_COMMIT_MS", FS_LAZY_COMMIT_MS);
 	mc.root_mode = S_IFDIR | (o->fs.defaults.dir_mode & 07777);
 	mc.root_uid = o->fs.defaults.uid;
 	mc.root_gid = o->fs.defaults.gid;
@@ -661,9 +661,6 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	dc.free_floor = free_floor_for(o->cache_dir);
 	/* tests stand for a reboot with another id (NULL: the kernel's) */
 	dc.boot_id = getenv("TIERFS_DEBUG_BOOT_ID");
-	/* tests that watch the spares one by one turn this off */
-	dc.spares_ahead = fs_debug_num("TIERFS_DEBUG_SPARES_AHEAD",
-				       DATA_MOUNT_SPARES_AHEAD);
 	o->fs.bucket = o->bucket;
 	o->fs.prefix = o->prefix;
 	o->fs.cache_dir = o->cache_dir;

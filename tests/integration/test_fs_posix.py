@@ -118,11 +118,6 @@ def test_a_listed_directory_is_listed_again_by_the_kernel_alone(mount):
     assert sorted(os.listdir(d)) == sorted(want[1:] + ["new"])
 
 
-# spares_held() watches the one spare a removal leaves: the tidier makes
-# none ahead of creates
-ONE_SPARE = {"TIERFS_DEBUG_SPARES_AHEAD": "0"}
-
-
 @contextlib.contextmanager
 def spares_held(m):
     """Makes the mount keep a spare cache file (a removed file's, emptied;
@@ -196,8 +191,7 @@ def test_a_create_the_cache_disk_holds_up_holds_up_no_other_file(
     the create."""
     url, _ = volume
     m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
-              "--upload-delay", "600s",  # no upload takes the spare first
-              env=ONE_SPARE)
+              "--upload-delay", "600s")  # no upload takes the spare first
     t = None
     created = threading.Event()
     try:
@@ -234,8 +228,7 @@ def test_an_open_the_cache_disk_holds_up_holds_up_no_other_file(
     cold = os.urandom(100 << 10)
     s3.put_object(Bucket=BUCKET, Key=f"{prefix}/cold", Body=cold)
     m = Mount(url, str(tmp_path / "mnt"), str(tmp_path / "cache"),
-              "--upload-delay", "600s",  # no upload takes the spare first
-              env=ONE_SPARE)
+              "--upload-delay", "600s")  # no upload takes the spare first
     t = None
     got = []
     try:

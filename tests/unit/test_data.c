@@ -2499,98 +2499,6 @@ static void test_spares_are_bounded_and_outlive_a_reopen(void **state)
 	assert_int_equal(count_spares(e), 0);
 }
 
-/* ---- the tidier ---- */
-
-/* Waits (up to 10 s) until count_spares() is want. */
-static void wait_spares(struct env *e, int want)
-{
-	for (int i = 0; i < 1000 && count_spares(e) != want; i++)
-		usleep(10000);
-	assert_int_equal(count_spares(e), want);
-}
-
-/* Spares with the inode number ino (count_spares()'s names). */
-static int spares_with_inode(struct env *e, ino_t ino)
-{
-	int n = 0;
-	for (int i = 0; i < 64; i++) {
-		char name[32];
-		snprintf(name, sizeof(name), ".spare.%d", i);
-		n += file_exists(e, name) && stat_of(e, name).st_ino == ino;
-	}
-	return n;
-}
-
-/* data_remove_later() takes the record out at once and leaves the files
- * to the tidier: they are spares by the time data_close() returns, and
- * an open file's bytes stay readable through it until its last put. */
-static void test_a_removal_left_to_the_tidier_is_done_by_close(void **state)
-{
-	struct env *e = *state;
-	struct data_file *held;
-	unsigned char buf[4096];
-	memset(buf, 'h', sizeof(buf));
-	make_clean_file(e, 1, 4096);
-	ino_t a = stat_of(e, "1").st_ino;
-	assert_int_equal(data_create(e->d, 2, &held), 0);
-	assert_int_equal(data_write(held, buf, 4096, 0), 4096);
-	data_remove_later(e->d, 1);
-	data_remove_later(e->d, 2);
-	uint64_t *inos;
-	size_t n;
-	assert_int_equal(data_inos(e->d, &inos, &n), 0);
-	assert_int_equal(n, 0);
-	free(inos);
-	memset(buf, 0, sizeof(buf));
-	assert_int_equal(data_read(held, buf, 4096, 0), 4096);
-	expect_fill(buf, 'h', 4096);
-	data_put(held);
-	reopen(e);
-	assert_false(file_exists(e, "1") || file_exists(e, "1.log"));
-	assert_false(file_exists(e, "2.new"));
-	assert_int_equal(count_spares(e), 2); /* 1's file and log */
-	assert_int_equal(spares_with_inode(e, a), 1);
-	assert_int_equal(stat_of(e, ".spare.0").st_size, 0);
-	assert_int_equal(stat_of(e, ".spare.1").st_size, 0);
-}
-
-/* With spares_ahead the tidier keeps that many empty spares ready, made
- * in DATA_MAKING_DIR: new files take them, and a take that leaves fewer
- * than half brings it back to spares_ahead. What a crash left in the
- * making directory is deleted by the next open. */
-static void test_the_tidier_keeps_spares_ahead_of_creates(void **state)
-{
-	struct env *e = *state;
-	struct data_file *f;
-	e->cfg.spares_ahead = 8;
-	reopen(e);
-	wait_spares(e, 8);
-	ino_t sp = stat_of(e, ".spare.7").st_ino;
-	assert_int_equal(data_create(e->d, 30, &f), 0); /* takes the last */
-	assert_int_equal(stat_of(e, "30.new").st_ino, sp);
-	data_put(f);
-	assert_int_equal(count_spares(e), 7);
-	for (uint64_t ino = 31; ino < 34; ino++) {
-		assert_int_equal(data_create(e->d, ino, &f), 0);
-		data_put(f);
-	}
-	assert_int_equal(count_spares(e), 4); /* half: none made */
-	assert_int_equal(data_create(e->d, 34, &f), 0);
-	data_put(f);
-	wait_spares(e, 8); /* 3 left: made up to 8 again */
-	assert_int_equal(spares_with_inode(e, sp), 0);
-	data_close(e->d);
-	e->d = NULL;
-	append_to(e, ".making/99", "left by a crash");
-	e->cfg.spares_ahead = 0;
-	assert_int_equal(data_open(&e->cfg, &e->d), 0);
-	assert_int_equal(count_spares(e), 8); /* kept; none made */
-	e->cfg.spares_ahead = 8;
-	reopen(e);
-	assert_false(file_exists(e, ".making/99"));
-	assert_int_equal(count_spares(e), 8);
-}
-
 /* ---- page cache ---- */
 
 /* Bytes of the cache file's first len in memory (mincore). */
@@ -2864,8 +2772,6 @@ int main(void)
 		T(test_new_files_take_the_emptied_files_of_removed_ones),
 		T(test_spares_hold_no_bytes_and_open_files_keep_theirs),
 		T(test_spares_are_bounded_and_outlive_a_reopen),
-		T(test_a_removal_left_to_the_tidier_is_done_by_close),
-		T(test_the_tidier_keeps_spares_ahead_of_creates),
 		T(test_a_held_up_open_holds_up_only_its_own_number),
 		T(test_uncache_drops_clean_pages_and_keeps_dirty_ones),
 #undef T
