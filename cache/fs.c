@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,20 @@ void fs_debug_pause(const char *env)
 	unsigned ms = fs_debug_ms(env, 0);
 	if (ms)
 		usleep((useconds_t)ms * 1000);
+}
+
+/* Fault injection for tests (TIERFS_DEBUG_STOP_AT=OP:NAME): the worker
+ * stops itself (SIGSTOP) once it has made the change of an OP on an
+ * entry NAME, before it replies, so that a test can kill it there and
+ * see the next worker answer the request the kernel sends again. The
+ * request sent again does not stop. */
+static void debug_stop_at(struct fs *fs, const char *op, const char *name)
+{
+	const char *at = fs->debug_stop_at;
+	size_t n = strlen(op);
+	if (at && strncmp(at, op, n) == 0 && at[n] == ':' &&
+	    strcmp(at + n + 1, name) == 0 && !serve_request_resent())
+		raise(SIGSTOP);
 }
 
 void fs_log(const char *fmt, ...)
@@ -1320,6 +1335,7 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	fs->cfg.bucket = fs->bucket;
 	fs->cfg.prefix = fs->prefix;
 	fs->cfg.cache_dir = fs->cache_dir;
+	fs->debug_stop_at = getenv("TIERFS_DEBUG_STOP_AT");
 	fs->s3 = s3;
 	fs->meta = meta;
 	struct data_config dc = *data_cfg;
@@ -1803,10 +1819,12 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	free(target);
 }
 
-/* Creates a name of the given mode for the caller; out gets its attrs. */
+/* Creates a name of the given mode for the caller; out gets its attrs.
+ * *earlier (optional): 1 when the request was sent again after a worker
+ * died, and out is the node that worker made. */
 static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode, dev_t rdev, const char *target,
-		     struct meta_attr *out)
+		     struct meta_attr *out, int *earlier)
 {
 	struct fs *fs = FS(req);
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
@@ -1840,14 +1858,18 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		} else
 			in.mode &= ~(ctx->umask & 0777);
 	}
+	if (earlier)
+		*earlier = 0;
 	meta_batch_begin(); /* the node, its ACLs, dirty flags: one commit */
 	rc = meta_create(fs->meta, parent, name, &in, target, out);
 	/* resent after a worker died: the create may be the dead worker's */
 	if (rc == -EEXIST && serve_request_resent() &&
 	    meta_lookup(fs->meta, parent, name, out) == 0 &&
-	    (out->mode & S_IFMT) == (mode & S_IFMT))
+	    (out->mode & S_IFMT) == (mode & S_IFMT)) {
 		rc = 0;
-	else if (rc == 0) {
+		if (earlier)
+			*earlier = 1;
+	} else if (rc == 0) {
 		if (store_access)
 			rc = meta_setxattr(fs->meta, out->ino, ACL_XATTR_ACCESS,
 					   (char *)aacl, (size_t)dn, 0);
@@ -1868,20 +1890,23 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	return rc;
 }
 
-static void reply_new_node(fuse_req_t req, int rc, const struct meta_attr *a)
+static void reply_new_node(fuse_req_t req, int rc, const struct meta_attr *a,
+			   const char *op, const char *name)
 {
-	if (rc)
+	if (rc) {
 		fuse_reply_err(req, -rc);
-	else
-		reply_entry(req, a);
+		return;
+	}
+	debug_stop_at(FS(req), op, name);
+	reply_entry(req, a);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode, dev_t rdev)
 {
 	struct meta_attr a;
-	int rc = make_node(req, parent, name, mode, rdev, NULL, &a);
-	reply_new_node(req, rc, &a);
+	int rc = make_node(req, parent, name, mode, rdev, NULL, &a, NULL);
+	reply_new_node(req, rc, &a, "mknod", name);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -1889,16 +1914,17 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct meta_attr a;
 	int rc = make_node(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL,
-			   &a);
-	reply_new_node(req, rc, &a);
+			   &a, NULL);
+	reply_new_node(req, rc, &a, "mkdir", name);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		       const char *name)
 {
 	struct meta_attr a;
-	int rc = make_node(req, parent, name, S_IFLNK | 0777, 0, link, &a);
-	reply_new_node(req, rc, &a);
+	int rc =
+		make_node(req, parent, name, S_IFLNK | 0777, 0, link, &a, NULL);
+	reply_new_node(req, rc, &a, "symlink", name);
 }
 
 static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -1934,6 +1960,8 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	meta_batch_end(fs->meta);
 	free(key);
 	free(path);
+	if (!rc)
+		debug_stop_at(fs, want_dir ? "rmdir" : "unlink", name);
 	fuse_reply_err(req, -rc);
 }
 
@@ -2242,6 +2270,8 @@ out_unlocked:
 	free(new_path);
 	free(old_key);
 	free(new_key);
+	if (!rc)
+		debug_stop_at(fs, "rename", name);
 	fuse_reply_err(req, -rc);
 }
 
@@ -2263,10 +2293,12 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		mark_dirty(fs, newparent, META_DIRTY_ATTR);
 	}
 	meta_batch_end(fs->meta);
-	if (rc)
+	if (rc) {
 		fuse_reply_err(req, -rc);
-	else
-		reply_entry(req, &a);
+		return;
+	}
+	debug_stop_at(fs, "link", newname);
+	reply_entry(req, &a);
 }
 
 /* Open files, by inode: the kernel's file handle is the inode number, so
@@ -2853,18 +2885,23 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fs *fs = FS(req);
 	struct meta_attr a;
 	struct fuse_entry_param e;
+	int earlier;
 	meta_batch_begin();
 	int rc = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL,
-			   &a);
+			   &a, &earlier);
 	if (!rc) {
 		mark_dirty(fs, a.ino, META_DIRTY_DATA);
-		rc = open_handle(fs, a.ino, 1, fi);
+		/* the dead worker's cache file is there (unless it died
+		 * first), and held already by the open it recorded
+		 * (adopt_open()): it is opened as any file's is */
+		rc = open_handle(fs, a.ino, !earlier, fi);
 	}
 	meta_batch_end(fs->meta);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
 	}
+	debug_stop_at(fs, "create", name);
 	fill_entry(fs, &a, &e);
 	meta_ref(fs->meta, a.ino, 1);
 	if (fuse_reply_create(req, &e, fi) != 0) {

@@ -76,6 +76,8 @@ struct fs {
 	struct meta *meta;	 /* borrowed */
 	struct data *data;	 /* owned; closed by fs_destroy() */
 	struct fuse_session *se; /* set once mounted; kernel notifications */
+	/* TIERFS_DEBUG_STOP_AT (debug_stop_at()); NULL: not set */
+	const char *debug_stop_at;
 	/* the kernel keeps files' times (writeback cache) and sends them with
 	 * SETATTR on close, fsync and inode writeback; set by INIT, before
 	 * any other request */
