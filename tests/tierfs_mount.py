@@ -60,6 +60,15 @@ class Mount:
                 self.proc.kill()
                 raise RuntimeError(f"tierfs did not mount in 60 s:\n{self.output()}")
             time.sleep(0.05)
+        # is_mounted()'s realpath() waits for the worker to answer INIT
+        # when the mount is there first, but not when the mount lands
+        # between the two: then the worker may still be loading, and has
+        # not confirmed the write lease (CI once put another node's grant
+        # in that gap). A stat waits for it, or fails once it gave up.
+        try:
+            os.stat(mountpoint)
+        except OSError:
+            pass
 
     def workers(self):
         """The pids of the supervisor's workers (one while it serves)."""
