@@ -1319,6 +1319,8 @@ static void stop_threads(struct fs *fs)
 	fs->has_pt_guard = 0;
 }
 
+static int recall_exchanges(struct fs *fs);
+
 int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	      const struct data_config *data_cfg, struct fs **out)
 {
@@ -1363,6 +1365,9 @@ int fs_create(const struct fs_config *cfg, s3_client *s3, struct meta *meta,
 	pthread_cond_init(&fs->pt_wake, NULL);
 	pthread_cond_init(&fs->bg_wake, NULL);
 	pthread_mutex_init(&fs->pt_lock, NULL);
+	rc = recall_exchanges(fs);
+	if (rc)
+		goto fail_thread;
 	open_opens(fs);
 	/* the kernel's writers adopted from a killed worker run on; the
 	 * cache disk may already be short of room for them */
@@ -1388,6 +1393,7 @@ fail_flusher:
 fail_thread:
 	close_all_handles(fs);
 	opens_unmap(fs->opens);
+	free(fs->exchanged);
 	free(fs->dirty);
 	free(fs->dirty_idx);
 	destroy_locks(fs);
@@ -1415,6 +1421,7 @@ int fs_destroy(struct fs *fs)
 	opens_unmap(fs->opens);
 	data_close(fs->data);
 	destroy_locks(fs);
+	free(fs->exchanged);
 	free(fs->dirty);
 	free(fs->dirty_idx);
 	free(fs->touched);
@@ -2097,6 +2104,50 @@ static int pin_content(struct fs *fs, const struct meta_attr *a)
 /* renameat2(RENAME_EXCHANGE) of two non-directories: each key gets the
  * other's content and attributes by a fresh upload from the cache. The
  * caller holds s3_lock alone. */
+/* A second exchange of two names undoes the first, so one the kernel
+ * sends again after its worker died must not be made again when that
+ * worker made it. Unlike a create or a rename, nothing in the tree tells:
+ * each exchange leaves a note of its request id in the store, in its own
+ * commit, one per worker thread ("x.PID.TID", the last it made). */
+#define FS_EXCHANGE_NOTES "x."
+
+static int note_exchange(struct fs *fs)
+{
+	char name[META_NOTE_MAX + 1];
+	snprintf(name, sizeof(name), FS_EXCHANGE_NOTES "%d.%d", (int)getpid(),
+		 (int)gettid());
+	return meta_note_put(fs->meta, name, serve_request_unique());
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* At start: a worker taking over keeps the earlier workers' notes (one
+ * killed before it answered them hands them on); the mount's first
+ * clears them, since the kernel numbers a new mount's requests anew. */
+static int recall_exchanges(struct fs *fs)
+{
+	if (!fs->cfg.takeover)
+		return meta_notes_clear(fs->meta, FS_EXCHANGE_NOTES);
+	int rc = meta_notes(fs->meta, FS_EXCHANGE_NOTES, &fs->exchanged,
+			    &fs->nexchanged);
+	if (!rc && fs->nexchanged)
+		qsort(fs->exchanged, fs->nexchanged, sizeof(uint64_t), cmp_u64);
+	return rc;
+}
+
+/* Whether this request, sent again, is an exchange a dead worker made. */
+static int exchanged_before(struct fs *fs)
+{
+	uint64_t id = serve_request_unique();
+	return serve_request_resent() &&
+	       bsearch(&id, fs->exchanged, fs->nexchanged, sizeof(id),
+		       cmp_u64) != NULL;
+}
+
 static int exchange(struct fs *fs, uint64_t parent, const char *name,
 		    uint64_t newparent, const char *newname,
 		    const struct meta_attr *a, const char *old_path,
@@ -2113,11 +2164,15 @@ static int exchange(struct fs *fs, uint64_t parent, const char *name,
 		rc = pin_content(fs, a);
 	if (!rc)
 		rc = pin_content(fs, &b);
+	meta_batch_begin();
 	if (!rc)
 		rc = meta_rename(fs->meta, parent, name, newparent, newname,
 				 RENAME_EXCHANGE, NULL);
-	if (rc)
-		return rc;
+	if (!rc)
+		rc = note_exchange(fs);
+	int brc = meta_batch_end(fs->meta);
+	if (rc || brc)
+		return rc ? rc : brc;
 	mark_dirty(fs, a->ino, META_DIRTY_DATA | META_DIRTY_NAME);
 	mark_dirty(fs, b.ino, META_DIRTY_DATA | META_DIRTY_NAME);
 	mark_dirty(fs, parent, META_DIRTY_ATTR);
@@ -2193,8 +2248,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	 * and no upload may interleave with the copies */
 	pthread_rwlock_wrlock(&fs->s3_lock);
 	if (!rc && (flags & RENAME_EXCHANGE)) {
-		rc = exchange(fs, parent, name, newparent, newname, &a,
-			      old_path, new_path);
+		rc = exchanged_before(fs)
+			     ? 0
+			     : exchange(fs, parent, name, newparent, newname,
+					&a, old_path, new_path);
 		goto out;
 	}
 	if (!rc)

@@ -73,6 +73,9 @@ struct fs_config {
 	 * without a capacity (1, the default; needs cache_dir, a kernel
 	 * that offers it, and CAP_SYS_ADMIN) */
 	int passthrough;
+	/* a worker taking over a live mount from one that died (else the
+	 * mount's first): it answers the requests the kernel sends again */
+	int takeover;
 };
 
 struct fs;

@@ -78,6 +78,10 @@ struct fs {
 	struct fuse_session *se; /* set once mounted; kernel notifications */
 	/* TIERFS_DEBUG_STOP_AT (debug_stop_at()); NULL: not set */
 	const char *debug_stop_at;
+	/* the exchanges (RENAME_EXCHANGE) the mount's earlier workers
+	 * committed, by request id (see recall_exchanges()); sorted */
+	uint64_t *exchanged;
+	size_t nexchanged;
 	/* the kernel keeps files' times (writeback cache) and sends them with
 	 * SETATTR on close, fsync and inode writeback; set by INIT, before
 	 * any other request */

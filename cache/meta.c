@@ -2865,6 +2865,112 @@ int meta_path(struct meta *m, uint64_t ino, char **path)
 	return meta_path_nth(m, ino, 0, path);
 }
 
+/* Notes live in the meta table beside the counters, as "note." + name. */
+static int note_key(const char *name, char *key)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > META_NOTE_MAX)
+		return -EINVAL;
+	memcpy(key, "note.", 5);
+	memcpy(key + 5, name, n + 1);
+	return 0;
+}
+
+int meta_note_put(struct meta *m, const char *name, uint64_t value)
+{
+	char key[5 + META_NOTE_MAX + 1];
+	int rc = note_key(name, key);
+	if (rc)
+		return rc;
+	lock(m);
+	struct op op;
+	rc = op_begin(m, &op);
+	if (!rc)
+		rc = op_end(m, &op, db_kv_put(m, key, value));
+	if (!rc)
+		op_done(m, &op);
+	unlock(m);
+	return rc;
+}
+
+/* The statement over the notes under prefix, ready to step. */
+static int notes_prepare(struct meta *m, const char *sql, const char *prefix,
+			 sqlite3_stmt **st)
+{
+	char key[5 + META_NOTE_MAX + 1];
+	if (strlen(prefix) > META_NOTE_MAX)
+		return -EINVAL;
+	memcpy(key, "note.", 5);
+	memcpy(key + 5, prefix, strlen(prefix) + 1);
+	int rc = sqlite3_prepare_v2(m->db, sql, -1, st, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_bind_text(*st, 1, key, -1, SQLITE_TRANSIENT);
+	if (rc != SQLITE_OK) {
+		meta_log("%s: '%s': %s", m->path, sql, sqlite3_errmsg(m->db));
+		sqlite3_finalize(*st);
+		*st = NULL;
+		return errno_of(rc);
+	}
+	return 0;
+}
+
+#define NOTES_WHERE " WHERE substr(key, 1, length(?1)) = ?1"
+
+int meta_notes(struct meta *m, const char *prefix, uint64_t **values, size_t *n)
+{
+	sqlite3_stmt *st;
+	uint64_t *v = NULL;
+	size_t cap = 0;
+	*n = 0;
+	lock(m);
+	int rc = notes_prepare(m, "SELECT value FROM meta" NOTES_WHERE, prefix,
+			       &st);
+	while (!rc && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (*n == cap) {
+			uint64_t *nv = realloc(v, (cap = cap ? 2 * cap : 16) *
+							  sizeof(*v));
+			if (!nv) {
+				rc = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[(*n)++] = (uint64_t)sqlite3_column_int64(st, 0);
+		rc = 0;
+	}
+	if (rc == SQLITE_DONE)
+		rc = 0;
+	else if (rc > 0)
+		rc = errno_of(rc);
+	sqlite3_finalize(st);
+	unlock(m);
+	if (rc) {
+		free(v);
+		v = NULL;
+		*n = 0;
+	}
+	*values = v;
+	return rc;
+}
+
+int meta_notes_clear(struct meta *m, const char *prefix)
+{
+	sqlite3_stmt *st;
+	struct op op;
+	lock(m);
+	int rc = notes_prepare(m, "DELETE FROM meta" NOTES_WHERE, prefix, &st);
+	if (!rc) {
+		rc = op_begin(m, &op);
+		if (!rc)
+			rc = op_end(m, &op, db_run(m, st));
+		if (!rc)
+			op_done(m, &op);
+		sqlite3_finalize(st);
+	}
+	unlock(m);
+	return rc;
+}
+
 int meta_get_etag(struct meta *m, uint64_t ino, char *etag, size_t len)
 {
 	lock(m);

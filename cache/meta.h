@@ -297,6 +297,18 @@ int meta_path_nth(struct meta *m, uint64_t ino, unsigned n, char **path);
 int meta_set_etag(struct meta *m, uint64_t ino, const char *etag);
 int meta_get_etag(struct meta *m, uint64_t ino, char *etag, size_t len);
 
+/* Notes: numbers the caller keeps in the store under names of its own
+ * (at most META_NOTE_MAX bytes), committed with the other changes of a
+ * batch made in (meta_batch_begin()); fs.c's are the requests a worker
+ * carried out, for the next one to recognise. meta_notes() gives the
+ * values of the notes whose names start with prefix (*values: free()),
+ * meta_notes_clear() deletes them. */
+#define META_NOTE_MAX 64
+int meta_note_put(struct meta *m, const char *name, uint64_t value);
+int meta_notes(struct meta *m, const char *prefix, uint64_t **values,
+	       size_t *n);
+int meta_notes_clear(struct meta *m, const char *prefix);
+
 /* Totals for statfs: bytes in regular files, and inode count. */
 void meta_usage(struct meta *m, uint64_t *bytes, uint64_t *inodes);
 

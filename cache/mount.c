@@ -668,6 +668,7 @@ static int worker_main(struct mount_opts *o, s3_client *inherited, int fuse_fd,
 	uint64_t cap;
 	if (fs_capacity_read(o->cache_dir, &cap) == 0)
 		o->fs.capacity = cap;
+	o->fs.takeover = gen > 0;
 	rc = fs_create(&o->fs, s3, meta, &dc, &fs);
 	if (rc) {
 		fprintf(stderr, "tierfs: cache '%s': %s\n", data_dir,

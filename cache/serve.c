@@ -79,6 +79,7 @@
 static sem_t stop_sem;
 static volatile sig_atomic_t stopping;
 static __thread int resent;
+static __thread uint64_t unique; /* without FUSE_UNIQUE_RESEND */
 static __thread int kill_suidgid;
 static __thread int kill_sgid;
 static uint64_t init_unique;   /* of the INIT this worker processed */
@@ -110,6 +111,11 @@ void serve_stop(void)
 int serve_request_resent(void)
 {
 	return resent;
+}
+
+uint64_t serve_request_unique(void)
+{
+	return unique;
 }
 
 int serve_request_kill_suidgid(void)
@@ -409,10 +415,12 @@ static void process(struct fuse_session *se, struct serve_buf *b, size_t n)
 	buf.size = n;
 	const struct fuse_in_header *h = buf.mem;
 	resent = (h->unique & FUSE_UNIQUE_RESEND) != 0;
+	unique = h->unique & ~FUSE_UNIQUE_RESEND;
 	kill_suidgid = asks_kill_suidgid(buf.mem, n);
 	buf.size = cut_setxattr(buf.mem, n);
 	fuse_session_process_buf(se, &buf);
 	resent = 0;
+	unique = 0;
 	kill_suidgid = 0;
 	kill_sgid = 0;
 }

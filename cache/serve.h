@@ -50,6 +50,10 @@ void serve_stop(void);
 /* 1 when the request this thread is handling was resent by the kernel
  * after a worker died: its effect may already be in the store. */
 int serve_request_resent(void);
+/* The kernel's id of the request this thread is handling (0: none): it
+ * is the same when the request is sent again, and no other request of
+ * the mount has it. */
+uint64_t serve_request_unique(void);
 /* 1 when the request this thread is handling (a WRITE or a SETATTR) asks
  * the filesystem to clear set-user-ID, and set-group-ID when the group
  * may execute (FUSE_HANDLE_KILLPRIV_V2): the caller lacks CAP_FSETID, or

@@ -155,24 +155,39 @@ def wait_stopped(m):
     return wait_for(stopped, lambda: "a stopped worker:\n" + m.output())
 
 
-# op: (the call in the mount's root, which the worker stops before it
-# answers; what the root holds then, beside .tierfs/ in S3; a check)
+# What the mount's root holds before each call below, as S3 has it after
+# (None: not compared).
+BEFORE = {"f0": b"old\n", "f1": b"other\n", "d0/": None}
+EXCHANGE = ("import ctypes; libc = ctypes.CDLL(None, use_errno=True)\n"
+            "if libc.renameat2(-100, b'f0', -100, b'f1', 2):\n"
+            "    raise OSError(ctypes.get_errno(), 'renameat2')")
+# op: (the entry it changes, at which the worker stops before it answers;
+# the call in the mount's root; a check there after; S3 after, as BEFORE)
 STOPPED_OPS = {
-    "create": ("fd = os.open('f', os.O_CREAT | os.O_WRONLY | os.O_TRUNC,"
+    "create": ("f", "fd = os.open('f', os.O_CREAT | os.O_WRONLY | os.O_TRUNC,"
                " 0o644); os.pwrite(fd, b'new\\n', 8192); os.close(fd)",
-               {"f", "f0", "d0/"},
-               "open('f', 'rb').read() == bytes(8192) + b'new\\n'"),
-    "mkdir": ("os.mkdir('d')", {"d/", "f0", "d0/"}, "os.path.isdir('d')"),
-    "symlink": ("os.symlink('f0', 'l')", {"l", "f0", "d0/"},
-                "os.readlink('l') == 'f0'"),
-    "mknod": ("os.mkfifo('p')", {"p", "f0", "d0/"},
-              "stat.S_ISFIFO(os.lstat('p').st_mode)"),
-    "unlink": ("os.unlink('f0')", {"d0/"}, "not os.path.exists('f0')"),
-    "rmdir": ("os.rmdir('d0')", {"f0"}, "not os.path.exists('d0')"),
-    "rename": ("os.rename('f0', 'g')", {"g", "d0/"},
-               "open('g').read() == 'old\\n'"),
-    "link": ("os.link('f0', 'h')", {"h", "f0", "d0/"},
-             "os.stat('h').st_nlink == 2 and open('h').read() == 'old\\n'"),
+               "open('f', 'rb').read() == bytes(8192) + b'new\\n'",
+               {**BEFORE, "f": bytes(8192) + b"new\n"}),
+    "mkdir": ("d", "os.mkdir('d')", "os.path.isdir('d')",
+              {**BEFORE, "d/": None}),
+    "symlink": ("l", "os.symlink('f0', 'l')", "os.readlink('l') == 'f0'",
+                {**BEFORE, "l": None}),
+    "mknod": ("p", "os.mkfifo('p')", "stat.S_ISFIFO(os.lstat('p').st_mode)",
+              {**BEFORE, "p": None}),
+    "unlink": ("f0", "os.unlink('f0')", "not os.path.exists('f0')",
+               {"f1": b"other\n", "d0/": None}),
+    "rmdir": ("d0", "os.rmdir('d0')", "not os.path.exists('d0')",
+              {"f0": b"old\n", "f1": b"other\n"}),
+    "rename": ("f0", "os.rename('f0', 'g')", "open('g').read() == 'old\\n'",
+               {"g": b"old\n", "f1": b"other\n", "d0/": None}),
+    "link": ("h", "os.link('f0', 'h')",
+             "os.stat('h').st_nlink == 2 and open('h').read() == 'old\\n'",
+             {**BEFORE, "h": b"old\n"}),
+    # made twice, an exchange undoes itself
+    "rename-exchange": ("f0", EXCHANGE,
+                        "open('f0').read() == 'other\\n' and "
+                        "open('f1').read() == 'old\\n'",
+                        {"f0": b"other\n", "f1": b"old\n", "d0/": None}),
 }
 
 
@@ -186,19 +201,21 @@ def test_a_request_the_dead_worker_carried_out_is_answered_by_the_next(
     answers it as done. Before, a create sent again made its cache file
     anew, found it held by the open the dead worker had recorded (which
     the next one adopts), and failed with EBUSY; under load, 2 runs in 5
-    of the kill test above failed so."""
+    of the kill test above failed so. And an exchange sent again was made
+    again, which put both files back."""
     url, prefix = volume
-    call, names, check = STOPPED_OPS[op]
-    target = {"create": "f", "mkdir": "d", "symlink": "l", "mknod": "p",
-              "unlink": "f0", "rmdir": "d0", "rename": "f0",
-              "link": "h"}[op]
+    target, call, check, after = STOPPED_OPS[op]
     m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *args,
-              env={"TIERFS_DEBUG_STOP_AT": f"{op}:{target}"})
+              env={"TIERFS_DEBUG_STOP_AT":
+                   f"{op.split('-')[0]}:{target}"})
     root = Path(m.mountpoint)
     p = None
     try:
-        (root / "f0").write_text("old\n")
-        (root / "d0").mkdir()
+        for name, data in BEFORE.items():
+            if data is None:
+                (root / name).mkdir()
+            else:
+                (root / name).write_bytes(data)
         p = subprocess.Popen(
             [sys.executable, "-c", f"import os, stat\n{call}\n"
              f"assert {check}"], cwd=root, stdout=subprocess.PIPE,
@@ -214,7 +231,11 @@ def test_a_request_the_dead_worker_carried_out_is_answered_by_the_next(
             p.wait()
         assert m.unmount() == 0, m.output()
     got = {k[len(prefix) + 1:] for k in keys(s3, prefix + "/")}
-    assert {k for k in got if k and not k.startswith(".tierfs/")} == names
+    assert {k for k in got if k and not k.startswith(".tierfs/")} == \
+        set(after)
+    for name, data in after.items():
+        if data is not None:
+            assert body(s3, f"{prefix}/{name}") == data, name
 
 
 @BOTH_MODES

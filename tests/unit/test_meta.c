@@ -2402,14 +2402,23 @@ static int child_mk(struct meta *m, uint64_t parent, const char *name,
 	return rc;
 }
 
-static void crash_after_commit(struct fixture *f, int use_sigkill)
+/* Closes the fixture's store and forks: in the child, *m is the store
+ * opened again, which commits at meta_commit() only; NULL in the parent. */
+static pid_t fork_with_store(struct fixture *f, struct meta **m)
 {
 	meta_close(f->m);
 	f->m = NULL;
 	pid_t pid = fork();
 	assert_true(pid >= 0);
+	*m = pid == 0 ? child_open(f->path, SLOW_INTERVAL_MS) : NULL;
+	return pid;
+}
+
+static void crash_after_commit(struct fixture *f, int use_sigkill)
+{
+	struct meta *m;
+	pid_t pid = fork_with_store(f, &m);
 	if (pid == 0) {
-		struct meta *m = child_open(f->path, SLOW_INTERVAL_MS);
 		uint64_t d = 0, x = 0;
 		if (child_mk(m, ROOT, "committed_dir", S_IFDIR | 0755, &d) ||
 		    child_mk(m, d, "committed_file", S_IFREG | 0644, &x) ||
@@ -3200,6 +3209,99 @@ test_concurrent_changes_with_group_commit_stay_consistent(void **state)
 	free(after);
 }
 
+/* ---- notes -------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* meta_notes(prefix), sorted, as a count and up to 4 values. */
+static size_t notes_of(struct meta *m, const char *prefix, uint64_t out[4])
+{
+	uint64_t *v = NULL;
+	size_t n = 99;
+	assert_int_equal(meta_notes(m, prefix, &v, &n), 0);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_u64);
+	for (size_t i = 0; i < n && i < 4; i++)
+		out[i] = v[i];
+	free(v);
+	return n;
+}
+
+static void test_notes_commit_with_their_batch_and_clear_by_prefix(void **state)
+{
+	struct fixture *f = *state;
+	reopen(f, 0); /* every change committed when made */
+	uint64_t v[4];
+	assert_int_equal(notes_of(f->m, "x.", v), 0);
+	meta_batch_begin();
+	mkfile(f->m, ROOT, "f");
+	assert_int_equal(meta_note_put(f->m, "x.1.1", 42), 0);
+	assert_int_equal(meta_batch_end(f->m), 0);
+	assert_int_equal(meta_note_put(f->m, "x.1.2", 1ull << 62), 0);
+	assert_int_equal(meta_note_put(f->m, "x.1.1", 44), 0); /* replaced */
+	assert_int_equal(meta_note_put(f->m, "y", 7), 0);
+	reopen(f, 0);
+	assert_int_equal(notes_of(f->m, "x.", v), 2);
+	assert_int_equal(v[0], 44);
+	assert_int_equal(v[1], 1ull << 62);
+	assert_int_equal(notes_of(f->m, "y", v), 1);
+	assert_int_equal(v[0], 7);
+	assert_int_equal(notes_of(f->m, "", v), 3);
+	assert_int_equal(meta_notes_clear(f->m, "x."), 0);
+	assert_int_equal(notes_of(f->m, "x.", v), 0);
+	reopen(f, 0);
+	assert_int_equal(notes_of(f->m, "x.", v), 0);
+	assert_int_equal(notes_of(f->m, "y", v), 1);
+	/* the store's own counters are not notes */
+	assert_int_equal(meta_notes_clear(f->m, ""), 0);
+	reopen(f, 0);
+	assert_int_equal(notes_of(f->m, "", v), 0);
+	struct meta_attr a;
+	assert_int_equal(meta_lookup(f->m, ROOT, "f", &a), 0);
+	assert_true(mkfile(f->m, ROOT, "g") > a.ino);
+}
+
+static void test_a_note_is_lost_or_kept_with_its_batch(void **state)
+{
+	struct fixture *f = *state;
+	char name[META_NOTE_MAX + 2];
+	memset(name, 'n', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	assert_int_equal(meta_note_put(f->m, name, 1), -EINVAL);
+	assert_int_equal(meta_note_put(f->m, "", 1), -EINVAL);
+	struct meta *m;
+	pid_t pid = fork_with_store(f, &m);
+	if (pid == 0) {
+		name[META_NOTE_MAX] = '\0'; /* the longest name */
+		meta_batch_begin();
+		int rc = child_mk(m, ROOT, "kept", S_IFREG | 0644, NULL);
+		rc = rc ? rc : meta_note_put(m, name, 3);
+		rc = rc ? rc : meta_batch_end(m);
+		if (rc || meta_commit(m))
+			_exit(11);
+		meta_batch_begin();
+		rc = child_mk(m, ROOT, "lost", S_IFREG | 0644, NULL);
+		rc = rc ? rc : meta_note_put(m, "x.1.1", 5);
+		if (rc || meta_batch_end(m))
+			_exit(12);
+		raise(SIGKILL); /* before the timer commits the second */
+		_exit(0);
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+	uint64_t v[4];
+	assert_int_equal(notes_of(f->m, "", v), 1);
+	assert_int_equal(v[0], 3);
+	assert_true(lookup_ino(f->m, ROOT, "kept") != 0);
+	assert_int_equal(lookup_ino(f->m, ROOT, "lost"), 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -3213,6 +3315,8 @@ int main(void)
 		T(test_open_rejects_a_file_that_is_not_sqlite),
 		T(test_open_rejects_an_unknown_format_version),
 		T(test_open_requires_a_path),
+		T(test_notes_commit_with_their_batch_and_clear_by_prefix),
+		T(test_a_note_is_lost_or_kept_with_its_batch),
 		T(test_an_open_store_refuses_other_processes),
 		T(test_open_rejects_nlink_that_disagrees_with_names),
 		T(test_open_rejects_a_dentry_naming_a_missing_inode),
