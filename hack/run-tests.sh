@@ -86,7 +86,7 @@ run_pytest() {
 	shift
 	local log=$LOGDIR/$name.log
 	run_limited "$log" $PY -m pytest -q -p no:cacheprovider \
-		--timeout "$TEST_TIMEOUT" --timeout-method thread "$@"
+		--timeout "$TEST_TIMEOUT" --timeout-method thread --durations=10 "$@"
 	local rc=$?
 	local summary p f e
 	summary=$(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)
