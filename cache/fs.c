@@ -2113,6 +2113,8 @@ static int pin_content(struct fs *fs, const struct meta_attr *a)
 
 static int note_exchange(struct fs *fs)
 {
+	if (fs_debug_ms("TIERFS_DEBUG_EXCHANGE_NOTE_FAILS", 0))
+		return -EIO; /* a test's store that fails here */
 	char name[META_NOTE_MAX + 1];
 	snprintf(name, sizeof(name), FS_EXCHANGE_NOTES "%d.%d", (int)getpid(),
 		 (int)gettid());
@@ -2168,8 +2170,11 @@ static int exchange(struct fs *fs, uint64_t parent, const char *name,
 	if (!rc)
 		rc = meta_rename(fs->meta, parent, name, newparent, newname,
 				 RENAME_EXCHANGE, NULL);
-	if (!rc)
-		rc = note_exchange(fs);
+	if (!rc && (rc = note_exchange(fs)) != 0)
+		/* the batch commits what it holds: with no note, no exchange
+		 * either, as the error the caller gets says */
+		(void)meta_rename(fs->meta, parent, name, newparent, newname,
+				  RENAME_EXCHANGE, NULL);
 	int brc = meta_batch_end(fs->meta);
 	if (rc || brc)
 		return rc ? rc : brc;

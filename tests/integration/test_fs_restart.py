@@ -238,6 +238,34 @@ def test_a_request_the_dead_worker_carried_out_is_answered_by_the_next(
             assert body(s3, f"{prefix}/{name}") == data, name
 
 
+def test_an_exchange_whose_note_fails_is_not_made(volume, s3, tmp_path):
+    """An exchange commits with its note; when the note cannot be written
+    (TIERFS_DEBUG_EXCHANGE_NOTE_FAILS), the program gets EIO and neither
+    the store nor S3 has the exchange. Before, the batch committed the
+    exchange without its note while the program was told it failed."""
+    url, prefix = volume
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS,
+              env={"TIERFS_DEBUG_EXCHANGE_NOTE_FAILS": "1"})
+    root = Path(m.mountpoint)
+    try:
+        for name, data in BEFORE.items():
+            if data is not None:
+                (root / name).write_bytes(data)
+        r = subprocess.run([sys.executable, "-c", EXCHANGE], cwd=root,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "Errno 5" in r.stderr, r.stderr
+        assert (root / "f0").read_bytes() == b"old\n"
+    finally:
+        assert m.unmount() == 0, m.output()
+    assert body(s3, f"{prefix}/f0") == b"old\n"
+    assert body(s3, f"{prefix}/f1") == b"other\n"
+    m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c2"), *MOUNT_ARGS)
+    try:  # a new node's view, from S3
+        assert (root / "f0").read_bytes() == b"old\n"
+    finally:
+        assert m.unmount() == 0, m.output()
+
+
 @BOTH_MODES
 def test_a_file_open_across_a_restart_keeps_working(volume, s3, tmp_path,
                                                     args):
