@@ -86,8 +86,10 @@ void fs_debug_pause(const char *env)
 static void debug_stop_at(struct fs *fs, const char *op, const char *name)
 {
 	const char *at = fs->debug_stop_at;
+	if (!at) /* every create and unlink asks */
+		return;
 	size_t n = strlen(op);
-	if (at && strncmp(at, op, n) == 0 && at[n] == ':' &&
+	if (strncmp(at, op, n) == 0 && at[n] == ':' &&
 	    strcmp(at + n + 1, name) == 0 && !serve_request_resent())
 		raise(SIGSTOP);
 }
@@ -2101,14 +2103,12 @@ static int pin_content(struct fs *fs, const struct meta_attr *a)
 	return rc;
 }
 
-/* renameat2(RENAME_EXCHANGE) of two non-directories: each key gets the
- * other's content and attributes by a fresh upload from the cache. The
- * caller holds s3_lock alone. */
 /* A second exchange of two names undoes the first, so one the kernel
  * sends again after its worker died must not be made again when that
  * worker made it. Unlike a create or a rename, nothing in the tree tells:
- * each exchange leaves a note of its request id in the store, in its own
- * commit, one per worker thread ("x.PID.TID", the last it made). */
+ * each exchange leaves a note of its request id in the store, in the
+ * commit that makes it, one per worker thread ("x.PID.TID", the last it
+ * made). */
 #define FS_EXCHANGE_NOTES "x."
 
 static int note_exchange(struct fs *fs)
@@ -2150,6 +2150,9 @@ static int exchanged_before(struct fs *fs)
 		       cmp_u64) != NULL;
 }
 
+/* renameat2(RENAME_EXCHANGE) of two non-directories: each key gets the
+ * other's content and attributes by a fresh upload from the cache. The
+ * caller holds s3_lock alone. */
 static int exchange(struct fs *fs, uint64_t parent, const char *name,
 		    uint64_t newparent, const char *newname,
 		    const struct meta_attr *a, const char *old_path,

@@ -2865,11 +2865,12 @@ int meta_path(struct meta *m, uint64_t ino, char **path)
 	return meta_path_nth(m, ino, 0, path);
 }
 
-/* Notes live in the meta table beside the counters, as "note." + name. */
+/* Notes live in the meta table beside the counters, as "note." + name
+ * (or + a prefix of names). */
 static int note_key(const char *name, char *key)
 {
 	size_t n = strlen(name);
-	if (n == 0 || n > META_NOTE_MAX)
+	if (n > META_NOTE_MAX)
 		return -EINVAL;
 	memcpy(key, "note.", 5);
 	memcpy(key + 5, name, n + 1);
@@ -2879,7 +2880,7 @@ static int note_key(const char *name, char *key)
 int meta_note_put(struct meta *m, const char *name, uint64_t value)
 {
 	char key[5 + META_NOTE_MAX + 1];
-	int rc = note_key(name, key);
+	int rc = name[0] ? note_key(name, key) : -EINVAL;
 	if (rc)
 		return rc;
 	lock(m);
@@ -2898,11 +2899,10 @@ static int notes_prepare(struct meta *m, const char *sql, const char *prefix,
 			 sqlite3_stmt **st)
 {
 	char key[5 + META_NOTE_MAX + 1];
-	if (strlen(prefix) > META_NOTE_MAX)
-		return -EINVAL;
-	memcpy(key, "note.", 5);
-	memcpy(key + 5, prefix, strlen(prefix) + 1);
-	int rc = sqlite3_prepare_v2(m->db, sql, -1, st, NULL);
+	int rc = note_key(prefix, key);
+	if (rc)
+		return rc;
+	rc = sqlite3_prepare_v2(m->db, sql, -1, st, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_bind_text(*st, 1, key, -1, SQLITE_TRANSIENT);
 	if (rc != SQLITE_OK) {
