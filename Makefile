@@ -34,8 +34,9 @@ SANFLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
 
 S3_SRC   := s3/buf.c s3/uri.c s3/sigv4.c s3/retry.c s3/xml.c s3/creds.c \
 	s3/s3.c s3/transfer.c s3/s3ctl.c s3/units.c
-CACHE_SRC := cache/acl.c cache/opens.c cache/meta.c cache/layout.c cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c cache/health.c \
-	cache/fs.c
+CACHE_SRC := cache/acl.c cache/opens.c cache/walbuf.c cache/meta.c cache/layout.c \
+	cache/ranges.c cache/data.c cache/index.c cache/serve.c cache/lease.c \
+	cache/health.c cache/fs.c
 # tierfs-csi: gRPC C core + protobuf-c; its protobuf code is generated from
 # proto/csi.proto (and the two well-known types it imports) into build/gen
 CSI_SRC  := csi/main.c csi/server.c csi/identity.c csi/controller.c csi/node.c \
@@ -50,7 +51,7 @@ CSI_OBJ  := $(CSI_SRC:%.c=$(BUILD)/obj/%.o) $(GEN_SRC:%.c=$(BUILD)/obj/gen/%.o)
 CSI_ASAN_OBJ := $(CSI_SRC:%.c=$(ASAN)/obj/%.o) $(GEN_SRC:%.c=$(ASAN)/obj/gen/%.o)
 UNIT_TESTS := test_sigv4 test_uri test_xml test_retry test_creds test_buf \
 	test_meta test_layout test_ranges test_data test_units test_volume \
-	test_condition test_acl test_opens
+	test_condition test_acl test_opens test_walbuf
 INTEG_TESTS := test_s3_live
 
 .PHONY: all deps test unit integration print-unit-tests csi-test deploy-test deploy-manifests \
