@@ -1,5 +1,6 @@
 """tierfs_mount.py: runs `tierfs mount` for tests and waits for it to be ready or gone."""
 import os
+import signal
 import subprocess
 import time
 
@@ -75,6 +76,29 @@ class Mount:
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)],
                              capture_output=True, text=True).stdout.split()
         return [int(p) for p in out]
+
+    def kill_worker(self, sig=signal.SIGKILL):
+        """Kills the worker with sig and waits until another one serves:
+        one that has said it took over (a worker killed before that,
+        while it still opens the store, would never say it)."""
+        # the mount is up for the supervisor once the worker has kept the
+        # kernel's INIT (CACHE_DIR/init.req); a worker killed before that
+        # ends the mount
+        wait_for(lambda: os.path.exists(os.path.join(self.cache_dir, "init.req")),
+                 lambda: "the kernel's INIT kept:\n" + self.output(),
+                 timeout=60, every=0.05)
+        workers = self.workers()
+        assert len(workers) == 1, f"workers: {workers}"
+        said = self.output().count("took over the mount")
+        os.kill(workers[0], sig)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            now = self.workers()
+            if now and now != workers and \
+                    self.output().count("took over the mount") > said:
+                return
+            time.sleep(0.05)
+        raise AssertionError("no new worker:\n" + self.output())
 
     def kill_daemon(self):
         """SIGKILLs the supervisor and its workers, waits until they are

@@ -17,7 +17,6 @@ S3, with no multipart upload left behind. Run under
 import os
 import random
 import shutil
-import signal
 import stat
 import time
 from pathlib import Path
@@ -195,16 +194,6 @@ def _step(rng, m, root, op, files, dirs):
             m.dirs.discard(d)
 
 
-def kill_worker(mount):
-    workers = mount.workers()
-    assert len(workers) == 1
-    os.kill(workers[0], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while mount.workers() in ([], workers):
-        assert time.monotonic() < deadline, mount.output()
-        time.sleep(0.02)
-
-
 def kill_daemon(mount):
     mount.kill_daemon()
     assert not is_mounted(mount.mountpoint)
@@ -246,7 +235,7 @@ def test_fifty_kills_lose_nothing_acknowledged(volume, s3, tmp_path):
                 mount = Mount(url, mnt, cache, *ARGS)
             else:
                 log.write(f"kill {kills}: the worker\n")
-                kill_worker(mount)
+                mount.kill_worker()
             try:
                 expect(m, tree(mnt))
             except AssertionError:

@@ -31,7 +31,6 @@ from tierfs_mount import Mount, wait_for
 
 skip_unless_s3()
 
-from test_fs_restart import kill_worker  # noqa: E402
 
 ARGS = ("--upload-delay", "100ms", "--durability", "local")
 MiB = 1 << 20
@@ -280,7 +279,7 @@ def test_a_killed_worker_leaves_open_files_to_the_next_one(volume, s3,
         fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
         try:
             os.pwrite(fd, a, 0)
-            kill_worker(m)
+            m.kill_worker()
             os.pwrite(fd, b, MiB)
             assert os.fstat(fd).st_size == 2 * MiB
             with open(p, "rb") as again:  # another open, in passthrough
@@ -288,7 +287,7 @@ def test_a_killed_worker_leaves_open_files_to_the_next_one(volume, s3,
             os.pwrite(fd, c, 100)
             assert served_by_kernel(m, lambda: os.pwrite(fd, c, 100))
             time.sleep(0.5)  # the new worker uploads meanwhile
-            kill_worker(m)
+            m.kill_worker()
         finally:
             os.close(fd)
         want = bytearray(a + b)
@@ -469,7 +468,7 @@ def test_a_restart_unfreezes_what_a_killed_process_left_frozen(
         try:
             assert marker.exists()
             if killed == "worker":
-                kill_worker(m)
+                m.kill_worker()
                 # overwrites take no room: they go on until the guard of
                 # the new worker freezes the file again
                 deadline = time.monotonic() + 20
@@ -511,7 +510,7 @@ def test_a_worker_taking_over_keeps_the_mounts_caching_mode(volume,
                             m.cache_dir, "--capacity", "64M"],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        kill_worker(m)
+        m.kill_worker()
         before = os.stat(p).st_mtime_ns
         time.sleep(0.05)
         fd = os.open(p, os.O_RDWR)  # not in passthrough: a capacity now
@@ -541,7 +540,7 @@ def test_an_open_for_writing_that_writes_nothing_keeps_the_mtime(volume,
             assert os.pread(fd, 2, 0) == b"{}"
             time.sleep(0.3)  # flusher ticks settle the open file
             assert os.stat(p).st_mtime_ns == 2_000_000_000
-            kill_worker(m)
+            m.kill_worker()
             time.sleep(0.3)
             assert os.stat(p).st_mtime_ns == 2_000_000_000
         finally:
@@ -618,7 +617,7 @@ def test_a_size_settled_lazily_survives_a_kill(volume, s3, tmp_path, kind,
         before = 0 if kind == "new" else first
         assert committed_size(cache, ino, tmp_path) == before
         if kill == "worker":
-            kill_worker(m)
+            m.kill_worker()
         else:
             m.kill_daemon()
             m = Mount(url, mnt, cache, *args)

@@ -65,31 +65,6 @@ print(f"ok {rounds}")
 ROUNDS = 4000
 
 
-def kill_worker(m, sig=signal.SIGKILL):
-    """Kills the worker and waits until another one serves: it has said it
-    took over (a worker killed before that, while it still opens the store,
-    would never say it)."""
-    # the mount is up for the supervisor once the worker has kept the
-    # kernel's INIT (CACHE_DIR/init.req); a worker killed before that ends
-    # the mount. Mount() returns when the mount shows, which is earlier.
-    deadline = time.monotonic() + 60
-    while not os.path.exists(os.path.join(m.cache_dir, "init.req")):
-        assert time.monotonic() < deadline, "no INIT kept:\n" + m.output()
-        time.sleep(0.05)
-    workers = m.workers()
-    assert len(workers) == 1, f"workers: {workers}"
-    said = m.output().count("took over the mount")
-    os.kill(workers[0], sig)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        now = m.workers()
-        if now and now != workers and \
-                m.output().count("took over the mount") > said:
-            return
-        time.sleep(0.05)
-    raise AssertionError("no new worker:\n" + m.output())
-
-
 @BOTH_MODES
 def test_killing_the_worker_under_load_loses_nothing_and_fails_nothing(
         volume, s3, tmp_path, args):
@@ -117,7 +92,7 @@ def test_killing_the_worker_under_load_loses_nothing_and_fails_nothing(
             # the kills must land while both still run
             assert loop.poll() is None, loop.communicate()[0]
             assert fio.poll() is None, fio.communicate()[0]
-            kill_worker(m)
+            m.kill_worker()
         out, _ = loop.communicate(timeout=300)
         assert loop.returncode == 0, out
         assert out.strip() == f"ok {ROUNDS}"
@@ -222,7 +197,7 @@ def test_a_request_the_dead_worker_carried_out_is_answered_by_the_next(
             stderr=subprocess.STDOUT, text=True)
         wait_stopped(m)
         assert p.poll() is None  # waits for the answer
-        kill_worker(m)
+        m.kill_worker()
         out, _ = p.communicate(timeout=60)
         assert p.returncode == 0, out
     finally:
@@ -281,7 +256,7 @@ def test_a_file_open_across_a_restart_keeps_working(volume, s3, tmp_path,
         os.write(fd2, b"still here\n")
         os.fsync(fd2)
         os.unlink(root / "gone-but-open")
-        kill_worker(m)
+        m.kill_worker()
         os.write(fd, b"after\n")
         os.fsync(fd)
         assert os.pread(fd, 100, 0) == b"before\nafter\n"
@@ -309,7 +284,7 @@ def test_a_rewrites_mtime_outlives_its_worker_and_the_mount(volume, tmp_path):
         time.sleep(0.02)
         fd = os.open(p, os.O_RDWR)
         os.pwrite(fd, b"x" * 4096, 0)
-        kill_worker(m)
+        m.kill_worker()
         os.close(fd)
         after = p.stat().st_mtime_ns
         assert after > before
@@ -335,7 +310,7 @@ def test_a_worker_killed_again_and_again_is_always_replaced(volume, s3,
     try:
         for i in range(14):
             (root / "f").write_text(f"round {i}\n")
-            kill_worker(m)
+            m.kill_worker()
         assert (root / "f").read_text() == "round 13\n"
     finally:
         assert m.unmount() == 0, m.output()
@@ -353,7 +328,7 @@ def test_a_worker_that_keeps_crashing_is_given_up_on(volume, tmp_path):
     m = Mount(url, str(tmp_path / "m"), str(tmp_path / "c"), *MOUNT_ARGS)
     try:
         for _ in range(10):
-            kill_worker(m, signal.SIGABRT)
+            m.kill_worker(signal.SIGABRT)
         (workers,) = [m.workers()]
         os.kill(workers[0], signal.SIGABRT)
         m.proc.wait(timeout=60)
@@ -426,7 +401,7 @@ def test_a_put_that_lands_after_its_worker_died_cannot_bring_back_a_name(
             assert time.monotonic() < deadline, "the marker's PUT never came"
             time.sleep(0.02)
         os.rmdir(root / "d")  # its deletion waits behind the held PUT
-        kill_worker(m)
+        m.kill_worker()
         time.sleep(4)  # the held PUT lands; reconciliations every 1 s
         assert os.listdir(root) == []
     finally:
@@ -466,7 +441,7 @@ def test_a_dead_workers_late_put_cannot_replace_newer_data(
             assert time.monotonic() < deadline, "the PUT of f never came"
             time.sleep(0.02)
         f.write_bytes(v2)  # in the cache; its upload waits for the held one
-        kill_worker(m)
+        m.kill_worker()
         time.sleep(4)  # the held PUT lands; reconciliations every 1 s
         assert f.read_bytes() == v2
         fd = os.open(f, os.O_RDONLY)
@@ -726,7 +701,7 @@ def test_an_unlinked_open_file_written_after_its_upload_is_not_queued(
         os.unlink(root / "f")
         os.pwrite(fd, b"U", 0)
         os.fsync(fd)
-        kill_worker(m)
+        m.kill_worker()
         assert os.pread(fd, 100, 0) == b"Uploaded\n"
         os.close(fd)
         assert "recovered from the cache files" not in m.output(), \
