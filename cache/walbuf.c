@@ -9,7 +9,7 @@
  *   GATHERING --xWrite right after the end--> GATHERING
  *   GATHERING --the page after a commit frame's header, a write elsewhere,
  *      a write that would pass WALBUF_MAX, xRead, xSync, xTruncate,
- *      xFileSize, xFileControl, xFetch, xClose--> written --> EMPTY
+ *      xFileSize, xFileControl, xClose--> written --> EMPTY
  * A write elsewhere flushes first, so the file sees the writes in the
  * order SQLite made them. A failed flush keeps nothing: SQLite gets the
  * error from the call that caused it and rolls the transaction back, as
@@ -37,7 +37,6 @@ struct walbuf {
 	sqlite3_vfs vfs; /* first: SQLite hands back this pointer */
 	sqlite3_vfs *base;
 	char name[48];
-	int registered;
 	_Atomic unsigned long writes, calls;
 };
 
@@ -68,7 +67,8 @@ static int flush(struct wal_file *w)
 }
 
 /* Room for n more bytes in buf: 0, or -1 when they would pass
- * WALBUF_MAX (or memory is short), and the write goes on its own. */
+ * WALBUF_MAX (or memory is short), and the write goes on its own. The
+ * buffer is allocated at the first write. */
 static int room(struct wal_file *w, size_t n)
 {
 	if (w->len + n > WALBUF_MAX)
@@ -82,13 +82,13 @@ static int wal_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off)
 {
 	struct wal_file *w = WF(f);
 	atomic_fetch_add(&w->wb->writes, 1);
-	int rc = SQLITE_OK;
-	if (w->len && off != w->off + (sqlite3_int64)w->len)
-		rc = flush(w); /* elsewhere: what came first lands first */
-	if (rc == SQLITE_OK && room(w, (size_t)n) != 0)
-		rc = flush(w);
-	if (rc != SQLITE_OK)
-		return rc;
+	/* elsewhere (what came first lands first), or past the buffer */
+	if (w->len && (off != w->off + (sqlite3_int64)w->len ||
+		       w->len + (size_t)n > WALBUF_MAX)) {
+		int rc = flush(w);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
 	if (room(w, (size_t)n) != 0) { /* bigger than a buffer: on its own */
 		atomic_fetch_add(&w->wb->calls, 1);
 		return w->real->pMethods->xWrite(w->real, p, n, off);
@@ -279,10 +279,11 @@ int walbuf_new(const char *base, struct walbuf **out)
 		return -ENOMEM;
 	wb->base = b;
 	snprintf(wb->name, sizeof(wb->name), "tierfs-walbuf-%p", (void *)wb);
-	int sz = (int)sizeof(struct wal_file) + b->szOsFile;
 	wb->vfs = (sqlite3_vfs){
 		.iVersion = 2, /* no xSetSystemCall: those are the base's */
-		.szOsFile = sz > b->szOsFile ? sz : b->szOsFile,
+		/* a WAL file's wal_file and the base's file after it; any
+		 * other file is the base's alone, in the same room */
+		.szOsFile = (int)sizeof(struct wal_file) + b->szOsFile,
 		.mxPathname = b->mxPathname,
 		.zName = wb->name,
 		.pAppData = NULL,
@@ -307,7 +308,6 @@ int walbuf_new(const char *base, struct walbuf **out)
 		free(wb);
 		return -EIO;
 	}
-	wb->registered = 1;
 	*out = wb;
 	return 0;
 }
@@ -328,7 +328,6 @@ void walbuf_free(struct walbuf *wb)
 {
 	if (!wb)
 		return;
-	if (wb->registered)
-		(void)sqlite3_vfs_unregister(&wb->vfs);
+	(void)sqlite3_vfs_unregister(&wb->vfs);
 	free(wb);
 }
