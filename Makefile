@@ -135,6 +135,11 @@ $(ASAN)/tierfsctl: $(ASAN)/obj/csi/tierfsctl.o $(ASAN)/libtierfs-s3.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS_BASE) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
+# --- fuse-floor: an empty FUSE server, the cost of one request (make bench) -
+$(BUILD)/fuse-floor: $(BUILD)/obj/tests/bench/fusefloor.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # --- tierfs-render: helm's template engine for the chart checks -------------
 # Go from Debian (golang-go, golang-github-masterminds-sprig-dev), built
 # offline in GOPATH mode. The source is copied under a GOPATH with its
@@ -177,7 +182,7 @@ $(ASAN)/tests/test_s3_live: $(ASAN)/obj/tests/integration/test_s3_live.o $(ASAN)
 
 TEST_BINS := $(UNIT_TESTS:%=$(BUILD)/tests/%) $(UNIT_TESTS:%=$(ASAN)/tests/%) \
 	$(INTEG_TESTS:%=$(ASAN)/tests/%) $(ASAN)/tierfsctl $(ASAN)/tierfs \
-	$(ASAN)/tierfs-csi $(BUILD)/tierfs-render
+	$(ASAN)/tierfs-csi $(BUILD)/tierfs-render $(BUILD)/fuse-floor
 
 asan: $(ASAN)/tierfsctl $(ASAN)/tierfs $(ASAN)/tierfs-csi
 
@@ -197,7 +202,7 @@ integration: all $(TEST_BINS)
 csi-test: $(ASAN)/tierfs-csi
 	@TIERFS_ONLY=csi hack/run-tests.sh
 
-deploy-test: all $(BUILD)/tierfs-render
+deploy-test: all $(BUILD)/tierfs-render $(BUILD)/fuse-floor
 	@TIERFS_ONLY=deploy hack/run-tests.sh
 
 deploy-manifests: $(BUILD)/tierfs-render
@@ -222,7 +227,7 @@ demo: deps
 	@hack/demo.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(BUILD)/fuse-floor
 	@hack/bench.sh
 
 C_FILES = $(shell find s3 csi cache tests -name '*.[ch]' 2>/dev/null)

@@ -3,7 +3,8 @@
 
 Targets (tests/bench/peers.py): the local disk (the physical limit), tierfs
 with --durability s3 and with local, rclone --vfs-cache-mode full, s3fs
-use_cache, and S3 itself where a workload has a raw form. Each workload runs
+use_cache, and S3 itself where a workload has a raw form; the empty FUSE
+server (build/fuse-floor) only for what one request costs. Each workload runs
 BENCH_RUNS times (3); in each run every target takes its turn, the order
 rotating from run to run, so that the noise of a shared 2-core machine falls
 on all of them. Timed operations run as children (tests/bench/ops.py, fio,
@@ -102,6 +103,9 @@ class Config:
         # metadata
         self.meta_files = e("BENCH_META_FILES", 10000, 1000)
         self.meta_timebox = e("BENCH_META_TIMEBOX", 5.0, 2.0, float)  # per phase
+        # one FUSE request: stats of absent names, each its own LOOKUP
+        self.lookups = e("BENCH_LOOKUPS", 20000, 5000)
+        self.lookup_timebox = e("BENCH_LOOKUP_TIMEBOX", 2.0, 1.0, float)
         self.ls_entries = e("BENCH_LS_ENTRIES", 25000, 2000)
         self.ls_timeout = e("BENCH_LS_TIMEOUT", 60, 30)
         self.tar_files = e("BENCH_TAR_FILES", 10000, 1000)
@@ -619,6 +623,35 @@ class Grail(Workload):
             for c, n in self.combos(cfg)))
 
 
+class Request(Workload):
+    """What one FUSE request costs: stat of names that are not there, each
+    another, so each is one LOOKUP that no cache can answer. The empty FUSE
+    server (peers.FuseFloor) answers at once: its figure is the kernel's and
+    the machine's share, under every FUSE filesystem's. Create and unlink
+    take at least that many requests each (Figure.requests), which bounds
+    what any FUSE filesystem can reach against the local disk here."""
+    name, title = "request", "one FUSE request"
+    serves = READ_TARGETS + ("floor",)
+
+    def figures(self, cfg):
+        return [Figure(report.FLOOR_FIGURE, "stat of an absent name (1 FUSE request)",
+                       "us", better="low", peers=False, group=self.title)]
+
+    def run(self, ctx, t, r):
+        cfg = ctx.cfg
+        mnt = t.mount(ctx.prefix(t, self.name, r))
+
+        def lookups():
+            o = ctx.op(t, ["lookups", mnt, cfg.lookups, cfg.lookup_timebox],
+                       cfg.lookup_timebox + 120)
+            us = o["s"] / o["n"] * 1e6
+            ctx.res.add(report.FLOOR_FIGURE, t.name, us)
+            if o["n"] < cfg.lookups:
+                ctx.res.count(report.FLOOR_FIGURE, t.name, o["n"])
+            log(f"  {t.name}: {us:.1f} us per stat of an absent name")
+        ctx.measure([report.FLOOR_FIGURE], t, lookups)
+
+
 class Meta(Workload):
     """Metadata: create, stat and unlink of small files (capped by time, so a
     slow peer runs fewer, and rates are per second); SQLite commits in
@@ -628,11 +661,14 @@ class Meta(Workload):
 
     def figures(self, cfg):
         g = self.title
+        # requests: the fewest a FUSE filesystem gets for one; create: a
+        # LOOKUP (fuse_atomic_open() looks a name up before it creates)
+        # and the CREATE; unlink of a name just stat'ed: the UNLINK
         return [Figure("create", f"create 4 KiB files (of {cfg.meta_files})", "files/s",
-                       bar=("local", 1.0), group=g),
+                       bar=("local", 1.0), group=g, requests=2),
                 Figure("stat", "stat those files", "stats/s", bar=("local", 0.8), group=g),
                 Figure("unlink", "unlink those files", "files/s", bar=("local", 0.5),
-                       group=g),
+                       group=g, requests=1),
                 Figure("sqlite-delete", "SQLite commits, rollback journal", "commit/s",
                        bar=("local", 0.8), judged="tierfs-local", group=g),
                 Figure("sqlite-wal", "SQLite commits, WAL", "commit/s",
@@ -986,9 +1022,9 @@ class _Named:
         self.name = name
 
 
-WORKLOADS = [Raw(), Fio(), Streams(), Leofs(), Grail(), Meta(), Ls(), ColdMount(),
-             Restart()]
-READ_ONLY = ("grail", "ls", "coldmount")
+WORKLOADS = [Raw(), Fio(), Streams(), Leofs(), Grail(), Request(), Meta(), Ls(),
+             ColdMount(), Restart()]
+READ_ONLY = ("grail", "request", "ls", "coldmount")
 
 
 def memory_figure():

@@ -9,6 +9,8 @@ harness turns them into rates). Operations that cap themselves by time
 on fewer files and reported per second.
 
   meta DIR N TIMEBOX            create, stat and unlink N 4 KiB files
+  lookups DIR N TIMEBOX         stat of N names DIR does not hold, each
+                                another (on FUSE, one LOOKUP request each)
   sqlite DB MODE TIMEBOX MAXN   commits/s, journal_mode MODE (delete|wal)
   write DIR THREADS MIB         one file per thread, written, fsynced, closed
   read DIR THREADS MIB          read back and check what write wrote
@@ -79,6 +81,25 @@ def op_meta(d, n, timebox):
             break
     out["unlink"] = {"n": unlinked, "s": time.perf_counter() - t0}
     return out
+
+
+def op_lookups(d, n, timebox):
+    """stat of n names that are not in d, none twice: a FUSE filesystem
+    gets one LOOKUP for each, which nothing can have cached."""
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    done = 0
+    t0 = time.perf_counter()
+    for i in range(n):
+        try:
+            os.stat(f"{d}/absent-{tag}-{i}")
+        except FileNotFoundError:
+            pass
+        else:
+            raise RuntimeError(f"{d}/absent-{tag}-{i} exists")
+        done += 1
+        if time.perf_counter() - t0 > timebox:
+            break
+    return {"n": done, "s": time.perf_counter() - t0}
 
 
 def op_sqlite(db, mode, timebox, maxn):
@@ -262,6 +283,8 @@ def main(argv):
     op, args = argv[1], argv[2:]
     if op == "meta":
         r = op_meta(args[0], int(args[1]), float(args[2]))
+    elif op == "lookups":
+        r = op_lookups(args[0], int(args[1]), float(args[2]))
     elif op == "sqlite":
         r = op_sqlite(args[0], args[1], float(args[2]), int(args[3]))
     elif op == "write":

@@ -6,9 +6,11 @@ cache for a cold run, and reports the peak RSS of its daemon. A target that
 cannot mount raises TargetFailed: the harness then records "failed" for it
 and never measures the bare directory underneath.
 
-Targets: LocalDisk (the physical limit), Tierfs (durability s3 or local),
-Rclone (`mount --vfs-cache-mode full`) and S3fs (`use_cache`). Nothing here
-is timed; the workloads time what they do between mount() and unmount().
+Targets: LocalDisk (the physical limit), FuseFloor (an empty FUSE server:
+what one request costs here, with no filesystem behind it), Tierfs
+(durability s3 or local), Rclone (`mount --vfs-cache-mode full`) and S3fs
+(`use_cache`). Nothing here is timed; the workloads time what they do
+between mount() and unmount().
 """
 
 import os
@@ -19,6 +21,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIERFS = os.environ.get("TIERFS_BIN", os.path.join(ROOT, "build", "tierfs"))
+FUSE_FLOOR = os.path.join(ROOT, "build", "fuse-floor")
 FUSE_TYPES = ("fuse", "fuseblk")  # what `stat -f -c %T` says of any FUSE mount
 MOUNT_TIMEOUT = 60
 
@@ -342,6 +345,23 @@ class Rclone(_ForegroundDaemon):
                      "--log-level", "NOTICE"], env, mnt)
 
 
+class FuseFloor(_ForegroundDaemon):
+    """build/fuse-floor (tests/bench/fusefloor.c): an empty directory whose
+    every lookup is answered ENOENT at once. Not S3: the prefix is unused."""
+    name, label = "floor", "empty FUSE"
+
+    def available(self):
+        if not os.access(FUSE_FLOOR, os.X_OK):
+            return f"{FUSE_FLOOR} is not built (make {os.path.relpath(FUSE_FLOOR, ROOT)})"
+        return None
+
+    def _mount(self, prefix, mnt, cache):
+        self._start([FUSE_FLOOR, mnt], self.env, mnt)
+
+    def daemon_pids(self):
+        return []  # not a filesystem: its memory is no figure
+
+
 class S3fs(_ForegroundDaemon):
     """s3fs with use_cache, credentials from the environment."""
     name, label = "s3fs", "s3fs"
@@ -361,6 +381,7 @@ class S3fs(_ForegroundDaemon):
 def all_targets(env, bucket, workdir, names=None):
     """Every target, in the order the table shows them."""
     ts = [LocalDisk(env, bucket, workdir),
+          FuseFloor(env, bucket, workdir),
           Tierfs(env, bucket, workdir, "s3"),
           Tierfs(env, bucket, workdir, "local"),
           Rclone(env, bucket, workdir),

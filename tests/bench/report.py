@@ -15,10 +15,13 @@ import statistics
 import subprocess
 
 # the table's columns, in order; "raw" is S3 itself (tierfsctl or boto3)
-COLUMNS = [("local", "local disk"), ("tierfs-s3", "tierfs s3"),
+COLUMNS = [("local", "local disk"), ("floor", "empty FUSE"), ("tierfs-s3", "tierfs s3"),
            ("tierfs-local", "tierfs local"), ("rclone", "rclone"),
            ("s3fs", "s3fs"), ("raw", "raw S3")]
 PEERS = ("rclone", "s3fs")
+# the figure whose "floor" value is what one request to an empty FUSE
+# server costs here, in microseconds (harness.Request)
+FLOOR_FIGURE = "lookup"
 
 
 class Figure:
@@ -28,13 +31,17 @@ class Figure:
     local disk; ("raw", fig_id, k): at least k times raw S3's figure fig_id;
     ("max", x): at most x units. judged: the tierfs the verdict is about.
     raw_ref: a raw-S3 figure whose median the raw S3 column shows (when the
-    row has no raw value of its own)."""
+    row has no raw value of its own). requests: the fewest FUSE requests the
+    kernel sends for one operation of a rate figure, whatever the
+    filesystem; with the empty server's cost of one (FLOOR_FIGURE), a
+    missed local bar says how far any FUSE filesystem could get here."""
 
     def __init__(self, fid, label, unit, better="high", bar=None,
-                 judged="tierfs-s3", peers=True, raw_ref=None, group=""):
+                 judged="tierfs-s3", peers=True, raw_ref=None, group="",
+                 requests=None):
         self.id, self.label, self.unit, self.better = fid, label, unit, better
         self.bar, self.judged, self.peers = bar, judged, peers
-        self.raw_ref, self.group = raw_ref, group
+        self.raw_ref, self.group, self.requests = raw_ref, group, requests
 
     def bar_text(self):
         parts = []
@@ -114,6 +121,28 @@ def raw_value(fig, res):
     return v
 
 
+def request_us(res):
+    """What one FUSE request costs here, in microseconds: the empty server's
+    figure less the local disk's (the same stat, with no request: the
+    caller's and the VFS's share of it). None when unmeasured."""
+    floor_us = res.median(FLOOR_FIGURE, "floor")
+    if not floor_us:
+        return None
+    local_us = res.median(FLOOR_FIGURE, "local")
+    return floor_us - local_us if local_us and local_us < floor_us else floor_us
+
+
+def fuse_bound(fig, res):
+    """How many times the local disk an instant FUSE server could reach on
+    fig here: fig.requests requests of request_us() each, and nothing else.
+    None when unknown."""
+    us = request_us(res)
+    local = res.median(fig.id, "local")
+    if not fig.requests or fig.better != "high" or not us or not local:
+        return None
+    return 1e6 / (fig.requests * us) / local
+
+
 def verdict(fig, res):
     """(word, detail): "met", "MISSED" or "FAILED", and why."""
     if not fig.bar and not fig.peers:
@@ -132,6 +161,11 @@ def verdict(fig, res):
             missed.append("no local figure")
         elif r < fig.bar[1]:
             missed.append(f"{r:.2f}x local")
+            b = fuse_bound(fig, res)
+            if b is not None:
+                missed.append(f"an instant FUSE server: <= {b:.2f}x, "
+                              f"{fig.requests} request{'s' if fig.requests > 1 else ''}"
+                              f" of {request_us(res):.0f} us")
     elif fig.bar and fig.bar[0] == "raw":
         rv = res.median(fig.bar[1], "raw")
         r = better_ratio(fig, tv, rv)
@@ -238,6 +272,7 @@ def to_json(figs, res, meta):
                "ratio_vs_best_peer": better_ratio(f, tv, bp[1]) if bp else None,
                "best_peer": bp[0] if bp else None,
                "raw_reference": raw_value(f, res),
+               "fuse_requests": f.requests, "fuse_bound_vs_local": fuse_bound(f, res),
                "notes": res.note_lines(f.id), "capped_counts": res.counts.get(f.id, {}),
                "targets": {}}
         for t, _ in COLUMNS:
