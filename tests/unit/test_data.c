@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -27,6 +28,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <linux/magic.h>
 
 #include "../../cache/data.h"
@@ -2417,6 +2420,61 @@ static void test_new_files_take_the_emptied_files_of_removed_ones(void **state)
 	data_put(f);
 }
 
+/* The flags of name's first extent (FIEMAP), or -1 when the disk does not
+ * say (not ext4, or nothing mapped). */
+static int first_extent_flags(struct env *e, const char *name)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	struct {
+		struct fiemap fm;
+		struct fiemap_extent ext[1];
+	} q;
+	memset(&q, 0, sizeof(q));
+	q.fm.fm_length = FIEMAP_MAX_OFFSET;
+	q.fm.fm_extent_count = 1;
+	int rc = ioctl(fd, FS_IOC_FIEMAP, &q.fm);
+	assert_int_equal(close(fd), 0);
+	return rc == 0 && q.fm.fm_mapped_extents == 1 ? (int)q.ext[0].fe_flags
+						      : -1;
+}
+
+/* A new file that takes a spare is not one that ext4 writes out at its
+ * next close (auto_da_alloc, for files truncated to 0): emptying the
+ * spare through a descriptor closed at once clears that mark, and taking
+ * it truncates nothing. With the mark, the user's close(2) of every new
+ * file started its writeback, and allocated blocks its unlink freed. */
+static void
+test_a_file_made_from_a_spare_is_not_written_out_at_close(void **state)
+{
+	struct env *e = *state;
+	struct data_file *f;
+	unsigned char buf[4096];
+	memset(buf, 'a', sizeof(buf));
+	assert_int_equal(data_create(e->d, 5, &f), 0);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	data_put(f);
+	assert_int_equal(data_remove(e->d, 5), 0);
+	assert_int_equal(count_spares(e), 1);
+	assert_int_equal(data_create(e->d, 6, &f), 0);
+	assert_int_equal(count_spares(e), 0);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	/* another close of the file, as the kernel's of its passthrough
+	 * file: with the mark, it allocates and writes the page out */
+	char path[128];
+	snprintf(path, sizeof(path), "%s/6.new", e->dir);
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(close(fd), 0);
+	int flags = first_extent_flags(e, "6.new");
+	data_put(f);
+	if (flags < 0)
+		skip(); /* the test directory's disk does not map extents */
+	assert_true(flags & FIEMAP_EXTENT_DELALLOC); /* still in memory */
+}
+
 /* Eviction frees the bytes whether the files become spares or not; a
  * file still held open is unlinked, never emptied: its reader goes on. */
 static void test_spares_hold_no_bytes_and_open_files_keep_theirs(void **state)
@@ -2770,6 +2828,7 @@ int main(void)
 		T(test_a_file_left_frozen_is_thawed_at_the_next_open),
 		T(test_open_drops_strays_and_keeps_valid_files),
 		T(test_new_files_take_the_emptied_files_of_removed_ones),
+		T(test_a_file_made_from_a_spare_is_not_written_out_at_close),
 		T(test_spares_hold_no_bytes_and_open_files_keep_theirs),
 		T(test_spares_are_bounded_and_outlive_a_reopen),
 		T(test_a_held_up_open_holds_up_only_its_own_number),
