@@ -2374,6 +2374,17 @@ static int count_spares(struct env *e)
 	return n;
 }
 
+/* ino's file, created here with 4 KiB of 'a' written. */
+static void make_new_file(struct env *e, uint64_t ino)
+{
+	struct data_file *f;
+	unsigned char buf[4096];
+	memset(buf, 'a', sizeof(buf));
+	assert_int_equal(data_create(e->d, ino, &f), 0);
+	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
+	data_put(f);
+}
+
 /* A removed file's cache file and log are emptied and kept; the next new
  * files take those inodes, empty, rather than allocate (a journal-less
  * ext4 scans recently freed inodes on every allocation). */
@@ -2383,9 +2394,7 @@ static void test_new_files_take_the_emptied_files_of_removed_ones(void **state)
 	struct data_file *f;
 	unsigned char buf[4096];
 	memset(buf, 'a', sizeof(buf));
-	assert_int_equal(data_create(e->d, 5, &f), 0);
-	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
-	data_put(f);
+	make_new_file(e, 5);
 	ino_t was = stat_of(e, "5.new").st_ino;
 	assert_int_equal(data_remove(e->d, 5), 0);
 	assert_false(file_exists(e, "5.new"));
@@ -2453,9 +2462,7 @@ test_a_file_made_from_a_spare_is_not_written_out_at_close(void **state)
 	struct data_file *f;
 	unsigned char buf[4096];
 	memset(buf, 'a', sizeof(buf));
-	assert_int_equal(data_create(e->d, 5, &f), 0);
-	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
-	data_put(f);
+	make_new_file(e, 5);
 	assert_int_equal(data_remove(e->d, 5), 0);
 	assert_int_equal(count_spares(e), 1);
 	assert_int_equal(data_create(e->d, 6, &f), 0);
