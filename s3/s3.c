@@ -516,6 +516,11 @@ struct req {
 	char *sink_buf; /* or this buffer */
 	size_t sink_cap;
 	uint64_t sink_pos;
+	/* fd sinks at an offset: curl hands the body over in pieces of
+	 * 16 KiB (7.88); they are gathered here and written SINK_STAGE at a
+	 * time, so a large GET costs one pwrite per SINK_STAGE bytes */
+	char *stage; /* owned, SINK_STAGE bytes once needed */
+	size_t staged;
 	int sink_err;			/* -errno from the sink */
 	const struct s3_landed *landed; /* told as sink_fd fills */
 	uint64_t landed_max;		/* what it was last told */
@@ -557,6 +562,7 @@ static void req_free(struct req *r)
 	free(r->rhdrs);
 	buf_free(&r->resp);
 	buf_free(&r->hdr_store);
+	free(r->stage);
 }
 
 static void req_param(struct req *r, const char *name, const char *value)
@@ -692,6 +698,43 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *ctx)
 	return len;
 }
 
+#define SINK_STAGE (256u << 10)
+
+/* Writes len bytes to the fd sink at sink_pos, then tells the landed
+ * callback. Returns 0, or sets sink_err and returns it. */
+static int sink_put(struct req *r, const char *data, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n =
+			r->sink_off < 0
+				? write(r->sink_fd, data + done, len - done)
+				: pwrite(r->sink_fd, data + done, len - done,
+					 r->sink_off +
+						 (off_t)(r->sink_pos + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return r->sink_err = n < 0 ? -errno : -EIO;
+		done += (size_t)n;
+	}
+	r->sink_pos += len;
+	if (r->landed && r->sink_pos > r->landed_max) {
+		r->landed_max = r->sink_pos;
+		if (r->landed->fn(r->landed->arg, r->sink_pos))
+			return r->sink_err = -ECANCELED;
+	}
+	return 0;
+}
+
+/* Writes what is staged. Returns 0 or sink_err. */
+static int sink_flush(struct req *r)
+{
+	size_t n = r->staged;
+	r->staged = 0;
+	return n ? sink_put(r, r->stage, n) : 0;
+}
+
 static size_t on_body_write(char *data, size_t size, size_t nmemb, void *ctx)
 {
 	struct req *r = ctx;
@@ -711,7 +754,7 @@ static size_t on_body_write(char *data, size_t size, size_t nmemb, void *ctx)
 		return 0;
 	}
 	if (r->ranged && r->range_len != S3_TO_END &&
-	    r->sink_pos + len > r->range_len) {
+	    r->sink_pos + r->staged + len > r->range_len) {
 		r->sink_err = -EPROTO;
 		r->sink_why = "a ranged GET was answered with more bytes than "
 			      "asked for";
@@ -726,30 +769,29 @@ static size_t on_body_write(char *data, size_t size, size_t nmemb, void *ctx)
 		r->sink_pos += len;
 		return len;
 	}
+	if (r->sink_off < 0) /* a pipe, written in order, never rewound */
+		return sink_put(r, data, len) ? 0 : len;
 	size_t done = 0;
 	while (done < len) {
-		/* sink_off < 0: a pipe, written in order and never rewound */
-		ssize_t n =
-			r->sink_off < 0
-				? write(r->sink_fd, data + done, len - done)
-				: pwrite(r->sink_fd, data + done, len - done,
-					 r->sink_off +
-						 (off_t)(r->sink_pos + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r->sink_err = n < 0 ? -errno : -EIO;
+		if (r->staged == 0 && len - done >= SINK_STAGE) {
+			/* a whole stage's worth at once: no copy */
+			if (sink_put(r, data + done, len - done))
+				return 0;
+			done = len;
+			break;
+		}
+		if (!r->stage && !(r->stage = malloc(SINK_STAGE))) {
+			r->sink_err = -ENOMEM;
 			return 0;
 		}
-		done += (size_t)n;
-	}
-	r->sink_pos += len;
-	if (r->landed && r->sink_pos > r->landed_max) {
-		r->landed_max = r->sink_pos;
-		if (r->landed->fn(r->landed->arg, r->sink_pos)) {
-			r->sink_err = -ECANCELED;
+		size_t n = SINK_STAGE - r->staged < len - done
+				   ? SINK_STAGE - r->staged
+				   : len - done;
+		memcpy(r->stage + r->staged, data + done, n);
+		r->staged += n;
+		done += n;
+		if (r->staged == SINK_STAGE && sink_flush(r))
 			return 0;
-		}
 	}
 	return len;
 }
@@ -1271,6 +1313,7 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 		}
 		r->body_pos = 0;
 		r->sink_pos = 0;
+		r->staged = 0;
 		r->sink_err = 0;
 		r->sink_why = NULL;
 		r->status = 0;
@@ -1281,6 +1324,8 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 			     query.len ? query.data : "", &hl, remaining,
 			     errbuf);
 		CURLcode cc = rc ? CURLE_OK : curl_easy_perform(h);
+		if (!r->sink_err)
+			(void)sink_flush(r); /* sets sink_err if it fails */
 		curl_slist_free_all(hl);
 		pool_put(c, h);
 		if (rc)
