@@ -35,15 +35,20 @@
  * the GETs and read faster. 4 MiB cut GETs further but made that first
  * read slower (medians 28 and 56 ms). */
 #define DATA_DEFAULT_READAHEAD_MIN (1u << 20)
-#define DATA_DEFAULT_READAHEAD_MAX (16u << 20)
+/* and a stream's window doubles up to MAX: 32 MiB, with pieces as large
+ * (below), read cold files alone 15-45% faster here than 16 and 8 */
+#define DATA_DEFAULT_READAHEAD_MAX (32u << 20)
 /* sequential readers of one open file tracked: the table starts at MIN
  * streams and doubles while every stream in it is in use, up to MAX */
 #define DATA_RA_STREAMS_MIN 4
 #define DATA_RA_STREAMS_MAX 256
 /* threads that fetch ahead of sequential readers, in pieces of at most
- * DATA_PREFETCH_PIECE bytes; 0: a read fetches only what it waits for */
+ * DATA_PREFETCH_PIECE bytes; 0: a read fetches only what it waits for.
+ * Each request costs Swift a fixed share of the CPU it shares with us
+ * here: a 512 MiB GET in 64 MiB ranges took 1.6-1.8 s, in 8 MiB ones
+ * 2.0-2.3 s (a piece is sent as ranges of the S3 part size, 16 MiB) */
 #define DATA_DEFAULT_PREFETCH_THREADS 8
-#define DATA_PREFETCH_PIECE (8u << 20)
+#define DATA_PREFETCH_PIECE (32u << 20)
 /* see data_config.lead */
 #define DATA_DEFAULT_LEAD (8u << 20)
 #define DATA_DEFAULT_FREE_FLOOR (1ull << 30)
