@@ -483,11 +483,11 @@ static int open_fresh(struct data *d, const char *name, int flags)
 			break;
 	}
 	unlock_mutex(&d->spare_lock);
-	if (!renamed)
-		return openat(d->dirfd, name, flags | O_CREAT | O_TRUNC, 0600);
-	int fd = openat(d->dirfd, name, flags | O_CREAT, 0600);
+	int fd = openat(d->dirfd, name,
+			flags | O_CREAT | (renamed ? 0 : O_TRUNC), 0600);
 	struct stat st;
-	if (fd >= 0 && (fstat(fd, &st) || (st.st_size && ftruncate(fd, 0)))) {
+	if (renamed && fd >= 0 &&
+	    (fstat(fd, &st) || (st.st_size && ftruncate(fd, 0)))) {
 		int err = errno;
 		(void)close(fd);
 		errno = err;

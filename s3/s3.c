@@ -773,13 +773,9 @@ static size_t on_body_write(char *data, size_t size, size_t nmemb, void *ctx)
 		return sink_put(r, data, len) ? 0 : len;
 	size_t done = 0;
 	while (done < len) {
-		if (r->staged == 0 && len - done >= SINK_STAGE) {
+		if (r->staged == 0 && len - done >= SINK_STAGE)
 			/* a whole stage's worth at once: no copy */
-			if (sink_put(r, data + done, len - done))
-				return 0;
-			done = len;
-			break;
-		}
+			return sink_put(r, data + done, len - done) ? 0 : len;
 		if (!r->stage && !(r->stage = malloc(SINK_STAGE))) {
 			r->sink_err = -ENOMEM;
 			return 0;

@@ -230,11 +230,30 @@ static void expect_call(struct env *e, int i, uint64_t off, uint64_t len)
 	assert_int_equal(e->fk.len[i], len);
 }
 
-static int file_exists(struct env *e, const char *name)
+static int file_exists(const struct env *e, const char *name)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
 	return access(path, F_OK) == 0;
+}
+
+static struct stat stat_of(const struct env *e, const char *name)
+{
+	char path[128];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	assert_int_equal(stat(path, &st), 0);
+	return st;
+}
+
+/* name in the test's cache dir, opened with flags (mode 0600) */
+static int open_in(const struct env *e, const char *name, int flags)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
+	int fd = open(path, flags, 0600);
+	assert_true(fd >= 0);
+	return fd;
 }
 
 static void test_read_of_absent_range_fetches_exactly_it_once(void **state)
@@ -1299,11 +1318,7 @@ test_mark_clean_keeps_ranges_written_after_snapshot_dirty(void **state)
 
 static off_t log_size(struct env *e, const char *name)
 {
-	char path[128];
-	struct stat st;
-	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
-	assert_int_equal(stat(path, &st), 0);
-	return st.st_size;
+	return stat_of(e, name).st_size;
 }
 
 static void test_a_rewrite_of_dirty_bytes_adds_no_log_line(void **state)
@@ -1477,13 +1492,6 @@ static void power_loss(struct env *e, const char *boot, const uint64_t *lose,
 	assert_int_equal(data_open(&e->cfg, &e->d), 0);
 }
 
-static int exists_in(const struct env *e, const char *name)
-{
-	char path[128];
-	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
-	return access(path, F_OK) == 0;
-}
-
 /* ino (of 100000 bytes) holds present, and its first len bytes are
  * read from the cache, with no fetch. */
 static void expect_served_from_cache(struct env *e, uint64_t ino,
@@ -1527,9 +1535,9 @@ static void test_after_a_power_loss_only_dirty_bytes_are_kept(void **state)
 	/* the disk kept the writes (fsynced) but not the fetched bytes */
 	uint64_t lose[] = {4};
 	power_loss(e, "boot-b", lose, 1);
-	assert_false(exists_in(e, "4.log"));
-	assert_false(exists_in(e, "4"));
-	assert_false(exists_in(e, "synced"));
+	assert_false(file_exists(e, "4.log"));
+	assert_false(file_exists(e, "4"));
+	assert_false(file_exists(e, "synced"));
 	uint64_t cached, dirty;
 	data_usage(e->d, &cached, &dirty);
 	assert_int_equal(cached, 6000);
@@ -1576,10 +1584,10 @@ static void test_after_a_clean_close_a_new_boot_keeps_the_cache(void **state)
 	data_put(f);
 	data_close(e->d);
 	e->d = NULL;
-	assert_true(exists_in(e, "synced"));
+	assert_true(file_exists(e, "synced"));
 	e->cfg.boot_id = "boot-b";
 	assert_int_equal(data_open(&e->cfg, &e->d), 0);
-	assert_false(exists_in(e, "synced"));
+	assert_false(file_exists(e, "synced"));
 	expect_served_from_cache(e, 4, "0-10000", 10000);
 }
 
@@ -1615,7 +1623,7 @@ test_a_trim_the_disk_cannot_take_is_done_again_next_open(void **state)
 	data_put(f);
 	data_close(e->d);
 	e->d = NULL;
-	assert_false(exists_in(e, "synced"));
+	assert_false(file_exists(e, "synced"));
 
 	e->cfg.boot_id = "boot-b";
 	assert_int_equal(data_open(&e->cfg, &e->d), 0);
@@ -1780,10 +1788,7 @@ static void test_kill9_mid_stream_of_a_new_file_loses_nothing(void **state)
 
 static void append_to(struct env *e, const char *name, const char *text)
 {
-	char path[128];
-	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
-	assert_true(fd >= 0);
+	int fd = open_in(e, name, O_WRONLY | O_APPEND | O_CREAT);
 	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
 	assert_int_equal(close(fd), 0);
 }
@@ -2354,15 +2359,6 @@ static void test_open_drops_strays_and_keeps_valid_files(void **state)
 
 /* ---- spares ---- */
 
-static struct stat stat_of(struct env *e, const char *name)
-{
-	char path[128];
-	struct stat st;
-	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
-	assert_int_equal(stat(path, &st), 0);
-	return st;
-}
-
 static int count_spares(struct env *e)
 {
 	char name[32];
@@ -2433,10 +2429,7 @@ static void test_new_files_take_the_emptied_files_of_removed_ones(void **state)
  * say (not ext4, or nothing mapped). */
 static int first_extent_flags(struct env *e, const char *name)
 {
-	char path[128];
-	snprintf(path, sizeof(path), "%s/%s", e->dir, name);
-	int fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
+	int fd = open_in(e, name, O_RDONLY);
 	struct {
 		struct fiemap fm;
 		struct fiemap_extent ext[1];
@@ -2470,11 +2463,7 @@ test_a_file_made_from_a_spare_is_not_written_out_at_close(void **state)
 	assert_int_equal(data_write(f, buf, 4096, 0), 4096);
 	/* another close of the file, as the kernel's of its passthrough
 	 * file: with the mark, it allocates and writes the page out */
-	char path[128];
-	snprintf(path, sizeof(path), "%s/6.new", e->dir);
-	int fd = open(path, O_RDONLY);
-	assert_true(fd >= 0);
-	assert_int_equal(close(fd), 0);
+	assert_int_equal(close(open_in(e, "6.new", O_RDONLY)), 0);
 	int flags = first_extent_flags(e, "6.new");
 	data_put(f);
 	if (flags < 0)
