@@ -218,6 +218,9 @@ struct fetch_rec {
 	 * stops once the file's last open is gone (cancel) */
 	int ahead;
 	int cancel;
+	/* room on the disk it holds (room_take()): [landed, end) once
+	 * started, none while queued */
+	uint64_t claim;
 };
 
 /* a fetch queued for the prefetch threads: f is referenced, and the
@@ -307,10 +310,13 @@ struct data {
 	uint64_t dirty;
 	uint64_t reserve;  /* free bytes writes leave (for the meta store) */
 	int frozen_marked; /* DATA_FROZEN_NAME is on the disk */
-	/* room_for()'s last fstatvfs: when (CLOCK_MONOTONIC ms), and how many
-	 * bytes writes may still take before it is asked again */
+	/* room_take()'s last fstatvfs: when (CLOCK_MONOTONIC ms), and how
+	 * many bytes writes may still take before it is asked again */
 	uint64_t room_at_ms;
 	int64_t room_budget;
+	/* bytes room_take() granted and room_give() has not had back: writes
+	 * and fetches under way, which fstatvfs may not show yet */
+	int64_t room_claimed;
 	/* the prefetch queue and its threads */
 	pthread_mutex_t pf_lock; /* taken alone: no other lock inside it */
 	pthread_cond_t pf_wake;
@@ -329,7 +335,9 @@ struct data {
 
 /* ---- small helpers ---- */
 
-static int room_for(struct data *d, uint64_t len, int urgent);
+static int room_take(struct data *d, uint64_t len, int urgent);
+static void room_give(struct data *d, uint64_t len);
+static int room_counted(const struct data *d, uint64_t len);
 static int prefetch_start(struct data *d);
 static void prefetch_stop(struct data *d);
 
@@ -1142,11 +1150,60 @@ static struct fetch_rec *inflight_find(struct data_file *f, uint64_t start,
 	return NULL;
 }
 
+/* Ends the record of [start, end), and with it the room it holds. */
 static void inflight_del(struct data_file *f, uint64_t start, uint64_t end)
 {
 	struct fetch_rec *r = inflight_find(f, start, end);
 	assert(r);
+	room_give(f->d, r->claim);
 	*r = f->inflight[--f->ninflight];
+}
+
+/* Takes room on the cache disk for r's fetch, about to start; it is given
+ * back as the bytes land (data_fetch_landed()). */
+static int claim_locked(struct data_file *f, struct fetch_rec *r, int urgent)
+{
+	uint64_t len = r->end - r->landed;
+	int rc = room_take(f->d, len, urgent);
+	if (!rc)
+		r->claim = room_counted(f->d, len) ? len : 0;
+	return rc;
+}
+
+/* Marks [s, e) in flight for a fetch: one that starts now takes its room,
+ * a queued one (job) only checks that there is room for it now. */
+static int mark_locked(struct data_file *f, uint64_t s, uint64_t e, int urgent,
+		       struct prefetch *job)
+{
+	int rc = job ? room_take(f->d, e - s, urgent) : 0;
+	if (job && !rc)
+		room_give(f->d, e - s);
+	if (!rc)
+		rc = inflight_add(f, s, e);
+	if (rc)
+		return rc;
+	struct fetch_rec *r = &f->inflight[f->ninflight - 1];
+	r->job = job;
+	if (job)
+		return 0;
+	rc = claim_locked(f, r, urgent);
+	if (rc)
+		inflight_del(f, s, e);
+	return rc;
+}
+
+/* A queued job's range about to be fetched (by its thread, or a reader
+ * that needs it first): started, with room taken for it; -ENOSPC, and
+ * the record gone (its waiters woken), when there is none now. */
+static int start_job_locked(struct data_file *f, struct fetch_rec *r)
+{
+	r->job = NULL;
+	int rc = claim_locked(f, r, 0);
+	if (rc) {
+		inflight_del(f, r->start, r->end);
+		broadcast(&f->fetched);
+	}
+	return rc;
 }
 
 /* The record of a queued prefetch, or NULL once a reader or a write took
@@ -1258,8 +1315,13 @@ int data_fetch_landed(struct data_fetch *t, uint64_t n)
 	struct fetch_rec *r = inflight_find(f, t->start, t->end);
 	if (r) {
 		uint64_t at = t->start + min_u64(n, t->end - t->start);
-		if (at > r->landed)
+		if (at > r->landed) {
+			/* written: fstatvfs shows them now */
+			uint64_t shown = min_u64(at - r->landed, r->claim);
+			room_give(f->d, shown);
+			r->claim -= shown;
 			r->landed = at;
+		}
 		if (r->landed >= r->wake_at) {
 			r->wake_at = UINT64_MAX;
 			broadcast(&f->fetched);
@@ -1309,12 +1371,8 @@ static int fetch_locked(struct data_file *f, uint64_t s, uint64_t e, int urgent)
 	(void)ge;
 	assert(ranges_first_gap(&f->present, s, e, &gs, &ge) && gs == s &&
 	       ge == e);
-	int rc = room_for(f->d, e - s, urgent);
-	if (!rc)
-		rc = inflight_add(f, s, e);
-	if (rc)
-		return rc;
-	return fetch_marked_locked(f, s, e);
+	int rc = mark_locked(f, s, e, urgent, NULL);
+	return rc ? rc : fetch_marked_locked(f, s, e);
 }
 
 static int all_present(const struct data_file *f, uint64_t s, uint64_t e)
@@ -1338,9 +1396,11 @@ static int fill_locked(struct data_file *f, uint64_t start, uint64_t end,
 			return 0;
 		struct fetch_rec *r = (struct fetch_rec *)inflight_at(f, gs);
 		if (r && r->job && !(landed_ok && r->job->lead)) {
-			/* queued, not started: fetch it here */
-			r->job = NULL;
+			/* queued, not started: fetch it here (no room for
+			 * it now: as a gap below, which then fails) */
 			r->ahead = 0;
+			if (start_job_locked(f, r))
+				continue;
 			int rc = fetch_marked_locked(f, r->start, r->end);
 			if (rc && !all_present(f, gs, stop))
 				return rc;
@@ -1398,14 +1458,12 @@ static struct prefetch *mark_queued_locked(struct data_file *f, uint64_t s,
 					   uint64_t e, int lead)
 {
 	struct prefetch *p = malloc(sizeof(*p));
-	if (!p || room_for(f->d, e - s, 0) || inflight_add(f, s, e)) {
+	if (!p || mark_locked(f, s, e, 0, p)) {
 		free(p);
 		return NULL;
 	}
 	*p = (struct prefetch){f, NULL, lead};
-	struct fetch_rec *r = &f->inflight[f->ninflight - 1];
-	r->job = p;
-	r->ahead = 1;
+	f->inflight[f->ninflight - 1].ahead = 1;
 	return p;
 }
 
@@ -2148,6 +2206,8 @@ void data_close(struct data *d)
 		return;
 	prefetch_stop(d);
 	free_all_files(d);
+	/* no write or fetch is under way: all the room taken is back */
+	assert(__atomic_load_n(&d->room_claimed, __ATOMIC_ACQUIRE) == 0);
 	/* every byte and line on the disk: an open after a reboot may take
 	 * the logs at their word (logs_trusted()); not while one that a
 	 * power loss made untrue could not be rewritten */
@@ -2414,10 +2474,10 @@ static void prefetch_end(struct prefetch *p, int run)
 	lock_mutex(&f->lock);
 	struct fetch_rec *r = inflight_of_job(f, p);
 	if (r && run) {
-		r->job = NULL; /* started */
 		/* a failure leaves the bytes that did not land absent:
 		 * the read that needs them fetches them and reports it */
-		(void)fetch_marked_locked(f, r->start, r->end);
+		if (!start_job_locked(f, r))
+			(void)fetch_marked_locked(f, r->start, r->end);
 	} else if (r) {
 		inflight_del(f, r->start, r->end);
 		broadcast(&f->fetched);
@@ -2745,7 +2805,7 @@ ssize_t data_read(struct data_file *f, void *buf, size_t len, uint64_t off)
 	return rc ? rc : (ssize_t)n;
 }
 
-/* fstatvfs costs a system call per write, so room_for() reuses its
+/* fstatvfs costs a system call per write, so room_take() reuses its
  * answer: for DATA_ROOM_RECHECK_MS, and for writes of at most half the
  * room it showed above the reserve (at most an eighth of the reserve).
  * The half left and the short time cover other writers of the disk. */
@@ -2758,15 +2818,30 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* -ENOSPC when writing len more bytes would eat into the reserve; urgent
- * ones (an upload's fetch) may take three quarters of it. The flusher's
- * eviction frees clean data as uploads finish; until then writes fail
- * cleanly and the store keeps working. */
-static int room_for(struct data *d, uint64_t len, int urgent)
+/* Whether room_take() counts len bytes (so room_give() must too). */
+static int room_counted(const struct data *d, uint64_t len)
+{
+	return d->reserve && len <= INT64_MAX;
+}
+
+/* Takes room for len bytes about to be written, or -ENOSPC when they
+ * would eat into the reserve; urgent ones (an upload's fetch) may take
+ * three quarters of it. The room stays taken until room_give(), after
+ * the bytes are written: fstatvfs shows no write under way, and the
+ * kernel's writeback sends a FUSE mount's writes on many threads at
+ * once, each of which saw the same free space. The flusher's eviction
+ * frees clean data as uploads finish; until then writes fail cleanly
+ * and the store keeps working. */
+static int room_take(struct data *d, uint64_t len, int urgent)
 {
 	struct statvfs sv;
-	if (!d->reserve || len > INT64_MAX)
+	if (!room_counted(d, len))
 		return 0;
+	/* what others took before this is counted below: taken after the
+	 * fstatvfs, their bytes may not show in it; given back before it,
+	 * they may show twice, which errs on the safe side */
+	uint64_t taken = (uint64_t)__atomic_add_fetch(
+		&d->room_claimed, (int64_t)len, __ATOMIC_ACQ_REL);
 	uint64_t now = mono_ms();
 	if (!urgent &&
 	    now - __atomic_load_n(&d->room_at_ms, __ATOMIC_RELAXED) <
@@ -2778,18 +2853,27 @@ static int room_for(struct data *d, uint64_t len, int urgent)
 		return 0;
 	uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
 	uint64_t keep = urgent ? d->reserve / 4 : d->reserve;
-	if (avail < keep || avail - keep < len) {
+	if (avail < keep || avail - keep < taken) {
 		__atomic_store_n(&d->room_budget, 0, __ATOMIC_RELAXED);
+		room_give(d, len);
 		return -ENOSPC;
 	}
 	if (!urgent) {
 		uint64_t budget =
-			min_u64((avail - keep - len) / 2, d->reserve / 8);
+			min_u64((avail - keep - taken) / 2, d->reserve / 8);
 		__atomic_store_n(&d->room_budget, (int64_t)budget,
 				 __ATOMIC_RELAXED);
 		__atomic_store_n(&d->room_at_ms, now, __ATOMIC_RELAXED);
 	}
 	return 0;
+}
+
+/* Gives back room_take()'s len bytes, once written (or not at all). */
+static void room_give(struct data *d, uint64_t len)
+{
+	if (room_counted(d, len))
+		__atomic_sub_fetch(&d->room_claimed, (int64_t)len,
+				   __ATOMIC_ACQ_REL);
 }
 
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,
@@ -2801,7 +2885,7 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 	if (len > SSIZE_MAX || off > (uint64_t)INT64_MAX - len)
 		return -EFBIG;
 	uint64_t end = off + len;
-	int rc = room_for(f->d, len, 0);
+	int rc = room_take(f->d, len, 0);
 	if (rc)
 		return rc;
 	lock_mutex(&f->lock);
@@ -2857,6 +2941,7 @@ ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 out:
 	check_file(f);
 	unlock_mutex(&f->lock);
+	room_give(f->d, len);
 	buf_free(&b);
 	return rc ? rc : (ssize_t)len;
 }
@@ -2873,7 +2958,8 @@ int data_truncate(struct data_file *f, uint64_t size)
 		/* a fetch past the cut would write there after it */
 		wait_fetches_locked(f, size, UINT64_MAX);
 		rc = shrink_locked(f, size);
-	} else if (size > old && (rc = room_for(f->d, size - old, 0)) == 0) {
+	} else if (size > old && (rc = room_take(f->d, size - old, 0)) == 0) {
+		room_give(f->d, size - old); /* a hole: nothing written */
 		struct buf b = BUF_INIT;
 		/* cut first: stale bytes past the old size (a crash between a
 		 * shrink's log line and its ftruncate) must read as zeros */

@@ -187,17 +187,21 @@ def test_s3_out_of_reach_for_two_minutes_then_back_loses_nothing(
             assert rc == 0, log
 
 
+@pytest.mark.parametrize("mode", [(), ("--no-passthrough",)],
+                         ids=["default", "no-passthrough"])
 def test_a_full_cache_disk_gives_enospc_and_the_mount_recovers(
-        volume, s3, tmp_path, small_disk):
+        volume, s3, tmp_path, small_disk, mode):
     """The cache dir on a 48 MiB tmpfs, and a 100 MiB file written into it:
     the write fails with ENOSPC, the daemon and its metadata store go on,
-    and once uploads let clean data be evicted, writes work again."""
+    and once uploads let clean data be evicted, writes work again. Also
+    with no passthrough, as on a kernel or cache disk that has none: every
+    write then goes through the daemon."""
     url, prefix = volume
     small = small_disk("48m")
     m, log = None, ""
     try:
         m = Mount(url, str(tmp_path / "m"), str(small / "c"),
-                  "--upload-delay", "200ms")
+                  "--upload-delay", "200ms", *mode)
         root = Path(m.mountpoint)
         (root / "before").write_bytes(b"saved before\n")
         fd = os.open(root / "before", os.O_RDONLY)

@@ -20,8 +20,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -165,7 +167,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct env *e = *state;
+	char small[128];
 	data_close(e->d);
+	/* a failed test's tmpfs (reopen_on_tmpfs()) */
+	snprintf(small, sizeof(small), "%s/small", e->dir);
+	(void)umount2(small, MNT_DETACH);
 	nftw(e->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	sem_destroy(&e->fk.started);
 	sem_destroy(&e->fk.gate);
@@ -2764,6 +2770,147 @@ static void test_a_held_up_open_holds_up_only_its_own_number(void **state)
 	signal(SIGIO, old_sigio);
 }
 
+/* ---- room on a small cache disk ---- */
+
+/* Reopens e's cache on a tmpfs of mib MiB (its reserve: an eighth of it);
+ * 0, or -1 when no tmpfs can be mounted here (not root). */
+static int reopen_on_tmpfs(struct env *e, char *dir, size_t dirlen,
+			   unsigned mib)
+{
+	char opts[32];
+	snprintf(dir, dirlen, "%s/small", e->dir);
+	snprintf(opts, sizeof(opts), "size=%um", mib);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0)
+		return -1;
+	data_close(e->d);
+	e->cfg.dir = dir;
+	assert_int_equal(data_open(&e->cfg, &e->d), 0);
+	assert_int_equal(data_reserve(e->d), ((uint64_t)mib << 20) / 8);
+	return 0;
+}
+
+/* Back on e's own directory, the tmpfs gone. */
+static void leave_tmpfs(struct env *e, const char *dir)
+{
+	data_close(e->d);
+	e->d = NULL;
+	assert_int_equal(umount2(dir, MNT_DETACH), 0);
+	e->cfg.dir = e->dir;
+	reopen(e);
+}
+
+static uint64_t avail_of(const char *dir)
+{
+	struct statvfs sv;
+	assert_int_equal(statvfs(dir, &sv), 0);
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+struct hydrator {
+	struct data_file *f;
+	int rc;
+};
+
+static void *hydrator_main(void *arg)
+{
+	struct hydrator *h = arg;
+	h->rc = data_hydrate(h->f, 0, UINT64_MAX);
+	return NULL;
+}
+
+/* A fetch under way has taken its room before any of its bytes land:
+ * a write that fits only if the fetch's bytes are not counted fails with
+ * ENOSPC, and one that fits beside them goes in. Counted only once they
+ * showed on the disk, both landed and ate into the reserve the metadata
+ * store keeps for its commits. */
+static void test_a_write_counts_the_room_a_fetch_under_way_took(void **state)
+{
+	struct env *e = *state;
+	char dir[128];
+	if (reopen_on_tmpfs(e, dir, sizeof(dir), 8))
+		skip();
+	const uint64_t obj = sizeof(e->obj), M = 1u << 20;
+	uint64_t reserve = data_reserve(e->d);
+	struct data_file *f, *g;
+	assert_int_equal(data_get(e->d, 1, obj, &f), 0);
+	assert_int_equal(data_get(e->d, 2, 0, &g), 0);
+	struct hydrator h = {f, -1};
+	pthread_t th;
+	e->fk.block = 1;
+	assert_int_equal(pthread_create(&th, NULL, hydrator_main, &h), 0);
+	assert_int_equal(sem_wait(&e->fk.started), 0);
+	uint64_t room = avail_of(dir) - reserve; /* the fetch landed nothing */
+	size_t big = (size_t)(room - obj / 2), fits = (size_t)(room - obj - M);
+	unsigned char *buf = malloc(big);
+	assert_non_null(buf);
+	memset(buf, 'w', big);
+	assert_int_equal(data_write(g, buf, big, 0), -ENOSPC);
+	assert_int_equal(data_write(g, buf, fits, 0), (ssize_t)fits);
+	assert_int_equal(sem_post(&e->fk.gate), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	e->fk.block = 0;
+	assert_int_equal(h.rc, 0);
+	assert_true(avail_of(dir) >= reserve);
+	free(buf);
+	data_put(g);
+	data_put(f);
+	leave_tmpfs(e, dir);
+}
+
+struct filler {
+	struct data_file *f;
+	size_t chunk;
+	uint64_t wrote;
+	ssize_t last;
+};
+
+static void *filler_main(void *arg)
+{
+	struct filler *w = arg;
+	unsigned char *buf = malloc(w->chunk);
+	if (!buf)
+		return NULL;
+	memset(buf, 'f', w->chunk);
+	while ((w->last = data_write(w->f, buf, w->chunk, w->wrote)) > 0)
+		w->wrote += (uint64_t)w->last;
+	free(buf);
+	return NULL;
+}
+
+/* Writers on many threads at once (the kernel's writeback of a FUSE
+ * mount) fill the disk up to its reserve, not into it: each stops with
+ * ENOSPC, and at most an eighth of the reserve (the budget of writes
+ * that skip fstatvfs) is gone. */
+static void test_writers_at_once_leave_the_reserve(void **state)
+{
+	struct env *e = *state;
+	char dir[128];
+	if (reopen_on_tmpfs(e, dir, sizeof(dir), 16))
+		skip();
+	enum { N = 8 };
+	struct filler w[N];
+	pthread_t th[N];
+	uint64_t reserve = data_reserve(e->d);
+	for (int i = 0; i < N; i++) {
+		w[i] = (struct filler){.chunk = 256u << 10};
+		assert_int_equal(data_get(e->d, 10 + (uint64_t)i, 0, &w[i].f),
+				 0);
+		assert_int_equal(
+			pthread_create(&th[i], NULL, filler_main, &w[i]), 0);
+	}
+	uint64_t total = 0;
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(w[i].last, -ENOSPC);
+		total += w[i].wrote;
+		data_put(w[i].f);
+	}
+	assert_true(total >= 8u << 20);
+	assert_true(avail_of(dir) >= reserve - reserve / 8);
+	leave_tmpfs(e, dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2829,6 +2976,8 @@ int main(void)
 		T(test_spares_are_bounded_and_outlive_a_reopen),
 		T(test_a_held_up_open_holds_up_only_its_own_number),
 		T(test_uncache_drops_clean_pages_and_keeps_dirty_ones),
+		T(test_a_write_counts_the_room_a_fetch_under_way_took),
+		T(test_writers_at_once_leave_the_reserve),
 #undef T
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
