@@ -64,6 +64,18 @@
  * only one that writes the WAL, goes through a walbuf VFS over that one
  * (walbuf.h): a commit of three pages was six pwrite()s, and is one.
  *
+ * A full disk: SQLite rolls the whole transaction back when a WAL write
+ * finds no room, and the store then takes no more changes (FAILED). The
+ * data cache leaves room on the disk for the store (data.h's reserve),
+ * but other writers of the disk may not, so PATH-ballast holds
+ * META_BALLAST bytes (at most a sixteenth of the disk) for the store
+ * alone. A WAL write that finds the disk full gives them up
+ * (walbuf_on_full()) and is made again; a commit takes them back, at most
+ * once every META_BALLAST_RETRY_MS, once the disk has room for them
+ * twice over.
+ *   HELD --a WAL write finds the disk full: emptied--> GIVEN
+ *   GIVEN --a commit, room for twice its size: filled--> HELD
+ *
  * Sync rounds (meta_sync_begin()/_wait()): a round commits, starts a new
  * epoch, drops the lock, fdatasyncs the WAL through a descriptor of our
  * own, and retakes the lock; then every change stamped before its epoch
@@ -125,6 +137,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -157,7 +170,9 @@
  * at most this many inodes, and every this many changes above it, so large
  * tests stay linear. */
 #define META_CHECK_FULL_MAX 1024
-#define META_OP_MAX 4 /* inodes one change may touch (rename: 4) */
+#define META_OP_MAX 4		  /* inodes one change may touch (rename: 4) */
+#define META_BALLAST (4ull << 20) /* see "A full disk" */
+#define META_BALLAST_RETRY_MS 1000
 
 #define container_of(p, type, member)                                          \
 	((type *)(void *)((char *)(p)-offsetof(type, member)))
@@ -369,6 +384,13 @@ struct meta {
 	uint64_t sync_epoch;
 	uint64_t durable_epoch;
 	int failed; /* 0, or -errno once a txn was lost */
+	/* PATH-ballast (see "A full disk"): its descriptor (-1: none), the
+	 * bytes it holds when HELD, whether they are GIVEN, and when it was
+	 * last emptied or tried (CLOCK_MONOTONIC ms) */
+	int ballast_fd;
+	uint64_t ballast_size;
+	int ballast_given;
+	uint64_t ballast_at_ms;
 
 	struct htab inodes;   /* struct inode, by ino */
 	struct htab dnames;   /* struct dentry, by (parent, name) */
@@ -1126,6 +1148,89 @@ static int db_kv_put(struct meta *m, const char *key, uint64_t value)
 	return db_run(m, st);
 }
 
+/* ---- the ballast (see "A full disk") ---------------------------------- */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts = now_monotonic();
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Allocates the ballast's bytes; 0, or -errno with the file left empty. */
+static int ballast_fill(struct meta *m)
+{
+	int rc = posix_fallocate(m->ballast_fd, 0, (off_t)m->ballast_size);
+	if (rc && ftruncate(m->ballast_fd, 0) != 0)
+		meta_log("%s-ballast: %s", m->path, strerror(errno));
+	return -rc;
+}
+
+/* Opens PATH-ballast, HELD, or GIVEN when the disk has no room for it. */
+static void ballast_open(struct meta *m)
+{
+	char path[PATH_MAX];
+	struct statvfs sv;
+	struct stat st;
+	if (snprintf(path, sizeof(path), "%s-ballast", m->path) >=
+	    (int)sizeof(path))
+		return;
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || fstatvfs(fd, &sv) != 0 || fstat(fd, &st) != 0) {
+		meta_log("%s: no ballast: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	uint64_t disk = (uint64_t)sv.f_blocks * sv.f_frsize;
+	m->ballast_fd = fd;
+	m->ballast_size =
+		(disk / 16 < META_BALLAST ? disk / 16 : META_BALLAST) &
+		~(uint64_t)4095;
+	m->ballast_at_ms = now_ms();
+	m->ballast_given = 0;
+	if ((uint64_t)st.st_blocks * 512 >= m->ballast_size)
+		return; /* held since an earlier open */
+	int rc = ballast_fill(m);
+	if (rc) {
+		m->ballast_given = 1;
+		meta_log("%s: not held yet: %s", path, strerror(-rc));
+	}
+}
+
+/* walbuf's hook for a WAL write that found the disk full (under the lock,
+ * on the store's connection): the ballast's bytes are given up for it. */
+static int ballast_give(void *ctx)
+{
+	struct meta *m = ctx;
+	if (m->ballast_fd < 0 || m->ballast_given ||
+	    ftruncate(m->ballast_fd, 0) != 0)
+		return 0;
+	m->ballast_given = 1;
+	m->ballast_at_ms = now_ms();
+	meta_log("%s: no room left on the cache disk: the %" PRIu64
+		 " KiB of ballast kept for the store are given up to it",
+		 m->path, m->ballast_size >> 10);
+	return 1;
+}
+
+/* After a commit: a ballast given up is taken back once the disk has room
+ * for it twice over (tried at most once every META_BALLAST_RETRY_MS). */
+static void ballast_retake(struct meta *m)
+{
+	struct statvfs sv;
+	uint64_t now = now_ms();
+	if (!m->ballast_given || m->ballast_fd < 0 ||
+	    now - m->ballast_at_ms < META_BALLAST_RETRY_MS)
+		return;
+	m->ballast_at_ms = now;
+	if (fstatvfs(m->ballast_fd, &sv) != 0 ||
+	    (uint64_t)sv.f_bavail * sv.f_frsize < 2 * m->ballast_size ||
+	    ballast_fill(m) != 0)
+		return;
+	m->ballast_given = 0;
+	meta_log("%s: the store's ballast is held again", m->path);
+}
+
 /* ---- transactions ------------------------------------------------------- */
 
 /* After a failure: if SQLite rolled the whole transaction back, the mirror
@@ -1240,6 +1345,7 @@ static int txn_commit(struct meta *m, int durable)
 		m->txn_open = 0;
 		m->counters_dirty = 0;
 		m->unsynced = 1;
+		ballast_retake(m);
 	}
 	if (!durable || !m->unsynced)
 		return 0;
@@ -1688,6 +1794,9 @@ static void db_close(struct meta *m)
 	m->db = NULL;
 	walbuf_free(m->walbuf);
 	m->walbuf = NULL;
+	if (m->ballast_fd >= 0)
+		close(m->ballast_fd); /* the file stays, for the next open */
+	m->ballast_fd = -1;
 }
 
 /* A new file: the schema, the counters and the root, in one transaction. */
@@ -1741,8 +1850,10 @@ static int db_open(struct meta *m)
 	 * without it, as SQLite writes them */
 	int rc = walbuf_new(m->cfg.vfs, &m->walbuf);
 	if (rc)
-		meta_log("%s: WAL writes not gathered: %s", m->path,
+		meta_log("%s: WAL writes not gathered, no ballast: %s", m->path,
 			 strerror(-rc));
+	if (m->walbuf) /* the ballast is opened once the store is known */
+		walbuf_on_full(m->walbuf, ballast_give, m);
 	rc = sqlite3_open_v2(m->path, &m->db,
 			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
 				     SQLITE_OPEN_NOMUTEX,
@@ -2257,6 +2368,7 @@ int meta_open(const struct meta_config *cfg, struct meta **out)
 	if (rc)
 		goto fail_3;
 	m->walfd = -1;
+	m->ballast_fd = -1;
 	if (pthread_cond_init(&m->sync_cond, NULL) != 0 ||
 	    pthread_cond_init(&m->synced, NULL) != 0 ||
 	    pthread_cond_init(&m->ckpt_cond, NULL) != 0 ||
@@ -2281,6 +2393,8 @@ int meta_open(const struct meta_config *cfg, struct meta **out)
 	rc = load(m);
 	if (rc)
 		goto fail_5;
+	if (m->walbuf)
+		ballast_open(m);
 	/* what an earlier run committed may not be fsync'ed yet: once it
 	 * is, every loaded inode counts as durable (meta_sync()) */
 	m->sync_epoch = 1;

@@ -20,6 +20,10 @@
  * database's size in pages after the commit for a commit frame, else 0.
  * The WAL's own header is 32 bytes at offset 0, so a 24-byte write is
  * always a frame header.
+ *
+ * A full disk: a write to a WAL file that fails with SQLITE_FULL asks the
+ * hook walbuf_on_full() set for room, and is made again when it made
+ * some. SQLite would roll the whole transaction back.
  */
 #include "walbuf.h"
 
@@ -38,6 +42,8 @@ struct walbuf {
 	sqlite3_vfs *base;
 	char name[48];
 	_Atomic unsigned long writes, calls;
+	int (*on_full)(void *ctx);
+	void *on_full_ctx;
 };
 
 struct wal_file {
@@ -53,14 +59,27 @@ struct wal_file {
 #define WF(f) ((struct wal_file *)(f))
 #define REAL(f) (WF(f)->real)
 
+/* One write to the file, made again while a full disk's hook makes room
+ * for it. SQLite's code, or SQLITE_OK. */
+static int write_real(struct wal_file *w, const void *p, int n,
+		      sqlite3_int64 off)
+{
+	struct walbuf *wb = w->wb;
+	int rc;
+	do {
+		rc = w->real->pMethods->xWrite(w->real, p, n, off);
+		atomic_fetch_add(&wb->calls, 1);
+	} while ((rc & 0xff) == SQLITE_FULL && wb->on_full &&
+		 wb->on_full(wb->on_full_ctx));
+	return rc;
+}
+
 /* Writes what is gathered. SQLite's code, or SQLITE_OK. */
 static int flush(struct wal_file *w)
 {
 	if (w->len == 0)
 		return SQLITE_OK;
-	int rc =
-		w->real->pMethods->xWrite(w->real, w->buf, (int)w->len, w->off);
-	atomic_fetch_add(&w->wb->calls, 1);
+	int rc = write_real(w, w->buf, (int)w->len, w->off);
 	w->len = 0;
 	w->commit = 0;
 	return rc;
@@ -89,10 +108,8 @@ static int wal_write(sqlite3_file *f, const void *p, int n, sqlite3_int64 off)
 		if (rc != SQLITE_OK)
 			return rc;
 	}
-	if (room(w, (size_t)n) != 0) { /* bigger than a buffer: on its own */
-		atomic_fetch_add(&w->wb->calls, 1);
-		return w->real->pMethods->xWrite(w->real, p, n, off);
-	}
+	if (room(w, (size_t)n) != 0) /* bigger than a buffer: on its own */
+		return write_real(w, p, n, off);
 	if (w->len == 0)
 		w->off = off;
 	memcpy(w->buf + w->len, p, (size_t)n);
@@ -315,6 +332,12 @@ int walbuf_new(const char *base, struct walbuf **out)
 const char *walbuf_name(const struct walbuf *wb)
 {
 	return wb->name;
+}
+
+void walbuf_on_full(struct walbuf *wb, int (*fn)(void *ctx), void *ctx)
+{
+	wb->on_full = fn;
+	wb->on_full_ctx = ctx;
 }
 
 void walbuf_counts(const struct walbuf *wb, unsigned long *writes,

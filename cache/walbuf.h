@@ -39,6 +39,12 @@ const char *walbuf_name(const struct walbuf *wb);
 void walbuf_counts(const struct walbuf *wb, unsigned long *writes,
 		   unsigned long *calls);
 
+/* fn(ctx) is called when a write to a WAL file finds the disk full
+ * (SQLITE_FULL), on the thread of the connection that writes: nonzero
+ * when it made room, and the write is made again. Set before the first
+ * connection opens. */
+void walbuf_on_full(struct walbuf *wb, int (*fn)(void *ctx), void *ctx);
+
 /* Unregisters and frees; NULL is fine. */
 void walbuf_free(struct walbuf *wb);
 

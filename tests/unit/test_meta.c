@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -75,7 +76,8 @@ static int setup(void **state)
 /* A SQLite file and what SQLite keeps beside it. */
 static void remove_db(const char *path)
 {
-	static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+	static const char *const sfx[] = {"", "-wal", "-shm", "-journal",
+					  "-ballast"};
 	char p[160];
 	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
 		snprintf(p, sizeof(p), "%s%s", path, sfx[i]);
@@ -92,6 +94,10 @@ static int teardown(void **state)
 	if (f->slow)
 		slow_vfs_remove(f);
 	remove_db(f->path);
+	char small[96];
+	snprintf(small, sizeof(small), "%s/small", f->dir);
+	(void)umount2(small, MNT_DETACH); /* a failed test's tmpfs */
+	rmdir(small);
 	rmdir(f->dir);
 	free(f);
 	return 0;
@@ -2130,7 +2136,7 @@ static void test_snapshot_copies_the_tree_and_adopt_forgets_dirt(void **state)
 	assert_string_equal(again, want);
 	free(again);
 	free(want);
-	unlink(snap);
+	remove_db(snap);
 }
 
 static void test_adopt_rejects_what_is_not_a_store(void **state)
@@ -3302,6 +3308,60 @@ static void test_a_note_is_lost_or_kept_with_its_batch(void **state)
 	assert_int_equal(lookup_ino(f->m, ROOT, "lost"), 0);
 }
 
+static uint64_t allocated(const char *path)
+{
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/* The cache disk (a 4 MiB tmpfs) filled by another writer: commits whose
+ * WAL has to grow take the ballast's room, where SQLite would roll them
+ * back and the store then refuse every change; once the disk has room
+ * again, a commit holds the ballast again. */
+static void test_a_full_disk_gives_the_store_its_ballast(void **state)
+{
+	struct fixture *f = *state;
+	char dir[80], fill[128], ballast[128];
+	snprintf(dir, sizeof(dir), "%s/small", f->dir);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=4m") != 0)
+		skip(); /* not root */
+	meta_close(f->m);
+	remove_db(f->path);
+	snprintf(f->path, sizeof(f->path), "%s/meta.db", dir);
+	snprintf(ballast, sizeof(ballast), "%s-ballast", f->path);
+	snprintf(fill, sizeof(fill), "%s/fill", dir);
+	f->m = open_store(f, 0);
+	assert_int_equal(allocated(ballast), 256 << 10); /* a sixteenth */
+	static char chunk[16 << 10];
+	int fd = open(fill, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	while (write(fd, chunk, sizeof(chunk)) > 0)
+		;
+	assert_int_equal(errno, ENOSPC);
+	close(fd);
+	char name[16];
+	for (int i = 0; i < 8; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		mkfile(f->m, ROOT, name);
+	}
+	assert_int_equal(allocated(ballast), 0);
+	assert_int_equal(meta_check(f->m), 0);
+	assert_int_equal(unlink(fill), 0);
+	usleep(1100 * 1000); /* META_BALLAST_RETRY_MS */
+	mkfile(f->m, ROOT, "after");
+	assert_int_equal(allocated(ballast), 256 << 10);
+	reopen(f, 0); /* all of it committed */
+	assert_true(lookup_ino(f->m, ROOT, "f7") != 0);
+	assert_true(lookup_ino(f->m, ROOT, "after") != 0);
+	meta_close(f->m);
+	remove_db(f->path);
+	assert_int_equal(umount2(dir, MNT_DETACH), 0);
+	snprintf(f->path, sizeof(f->path), "%s/meta.db", f->dir);
+	f->m = open_store(f, SLOW_INTERVAL_MS);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -3402,6 +3462,7 @@ int main(void)
 		T(test_close_commits_pending_changes),
 		T(test_ten_thousand_files_in_one_directory),
 		T(test_concurrent_changes_with_group_commit_stay_consistent),
+		T(test_a_full_disk_gives_the_store_its_ballast),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_walbuf.c: the VFS that writes each WAL commit at once
  * (cache/walbuf.c), against real SQLite databases in a temporary dir. */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +43,8 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 	walbuf_free(f->wb);
 	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "%s/small", f->dir);
+	(void)umount2(cmd, MNT_DETACH); /* a failed test's tmpfs */
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
 	assert_int_equal(system(cmd), 0);
 	free(f);
@@ -206,6 +211,76 @@ static void test_the_wal_starts_over_after_a_checkpoint(void **state)
 	expect_rows(f->path, 40, 40 * 2000);
 }
 
+/* walbuf_on_full()'s hook of a test: frees a ballast file once, when it
+ * may (give) */
+struct full_hook {
+	char ballast[128];
+	int give;
+	int calls;
+};
+
+static int give_ballast(void *ctx)
+{
+	struct full_hook *h = ctx;
+	h->calls++;
+	if (!h->give)
+		return 0;
+	h->give = 0;
+	return truncate(h->ballast, 0) == 0;
+}
+
+/* Writes to path until the disk is full. */
+static void fill_disk(const char *path)
+{
+	static char chunk[16 << 10];
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	while (write(fd, chunk, sizeof(chunk)) > 0)
+		;
+	assert_int_equal(errno, ENOSPC);
+	close(fd);
+}
+
+/* On a full disk (a 1 MiB tmpfs), a commit whose WAL has to grow asks
+ * the hook for room and lands once it freed some; with none to free, it
+ * fails as SQLite's own write would, and what was committed stays. */
+static void test_a_full_disk_asks_the_hook_for_room(void **state)
+{
+	struct fixture *f = *state;
+	char dir[96], path[128], fill[128];
+	snprintf(dir, sizeof(dir), "%s/small", f->dir);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=1m") != 0)
+		skip(); /* not root */
+	struct full_hook h = {.give = 1};
+	snprintf(h.ballast, sizeof(h.ballast), "%s/ballast", dir);
+	snprintf(path, sizeof(path), "%s/db", dir);
+	snprintf(fill, sizeof(fill), "%s/fill", dir);
+	int fd = open(h.ballast, O_WRONLY | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(posix_fallocate(fd, 0, 256 << 10), 0);
+	close(fd);
+	walbuf_on_full(f->wb, give_ballast, &h);
+	sqlite3 *db = open_db(path, walbuf_name(f->wb));
+	exec(db, "CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)");
+	fill_disk(fill);
+	exec(db, "INSERT INTO t (v) VALUES (randomblob(100000))");
+	assert_int_equal(h.calls, 1);
+	struct stat st;
+	assert_int_equal(stat(h.ballast, &st), 0);
+	assert_int_equal(st.st_size, 0);
+	assert_int_equal(sqlite3_exec(db,
+				      "INSERT INTO t (v) VALUES "
+				      "(randomblob(400000))",
+				      NULL, NULL, NULL),
+			 SQLITE_FULL);
+	assert_int_equal(h.calls, 2);
+	sqlite3_close(db);
+	assert_int_equal(unlink(fill), 0);
+	expect_rows(path, 1, 100000);
+	assert_int_equal(umount2(dir, MNT_DETACH), 0);
+}
+
 static void test_an_unknown_base_is_refused(void **state)
 {
 	(void)state;
@@ -231,6 +306,9 @@ int main(void)
 			teardown),
 		cmocka_unit_test_setup_teardown(
 			test_the_wal_starts_over_after_a_checkpoint, setup,
+			teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_full_disk_asks_the_hook_for_room, setup,
 			teardown),
 		cmocka_unit_test(test_an_unknown_base_is_refused),
 	};
