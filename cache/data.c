@@ -337,6 +337,7 @@ struct data {
 
 static int room_take(struct data *d, uint64_t len, int urgent);
 static void room_give(struct data *d, uint64_t len);
+static int room_check(struct data *d, uint64_t len, int urgent);
 static int room_counted(const struct data *d, uint64_t len);
 static int prefetch_start(struct data *d);
 static void prefetch_stop(struct data *d);
@@ -1175,19 +1176,14 @@ static int claim_locked(struct data_file *f, struct fetch_rec *r, int urgent)
 static int mark_locked(struct data_file *f, uint64_t s, uint64_t e, int urgent,
 		       struct prefetch *job)
 {
-	int rc = job ? room_take(f->d, e - s, urgent) : 0;
-	if (job && !rc)
-		room_give(f->d, e - s);
+	int rc = job ? room_check(f->d, e - s, urgent) : 0;
 	if (!rc)
 		rc = inflight_add(f, s, e);
 	if (rc)
 		return rc;
 	struct fetch_rec *r = &f->inflight[f->ninflight - 1];
 	r->job = job;
-	if (job)
-		return 0;
-	rc = claim_locked(f, r, urgent);
-	if (rc)
+	if (!job && (rc = claim_locked(f, r, urgent)) != 0)
 		inflight_del(f, s, e);
 	return rc;
 }
@@ -2876,6 +2872,15 @@ static void room_give(struct data *d, uint64_t len)
 				   __ATOMIC_ACQ_REL);
 }
 
+/* Whether there is room for len bytes now, taking none. */
+static int room_check(struct data *d, uint64_t len, int urgent)
+{
+	int rc = room_take(d, len, urgent);
+	if (!rc)
+		room_give(d, len);
+	return rc;
+}
+
 ssize_t data_write(struct data_file *f, const void *buf, size_t len,
 		   uint64_t off)
 {
@@ -2958,8 +2963,8 @@ int data_truncate(struct data_file *f, uint64_t size)
 		/* a fetch past the cut would write there after it */
 		wait_fetches_locked(f, size, UINT64_MAX);
 		rc = shrink_locked(f, size);
-	} else if (size > old && (rc = room_take(f->d, size - old, 0)) == 0) {
-		room_give(f->d, size - old); /* a hole: nothing written */
+	} else if (size > old && (rc = room_check(f->d, size - old, 0)) == 0) {
+		/* a hole: it takes no room until written */
 		struct buf b = BUF_INIT;
 		/* cut first: stale bytes past the old size (a crash between a
 		 * shrink's log line and its ftruncate) must read as zeros */
