@@ -51,13 +51,6 @@ static int uploading(struct fs *fs, uint64_t ino);
 static uint32_t pt_writing(struct fs *fs, uint64_t ino);
 static void pt_owe(struct fs *fs, uint64_t ino, int owe);
 
-uint64_t fs_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 struct timespec fs_now_real(void)
 {
 	struct timespec ts;
@@ -269,7 +262,7 @@ static int already_dirty(struct fs *fs, uint64_t ino, uint32_t flags,
 
 static void mark_dirty(struct fs *fs, uint64_t ino, uint32_t flags)
 {
-	uint64_t now = fs_now_ms();
+	uint64_t now = clock_now_ms();
 	/* a write to a file already queued costs no metadata write; but not
 	 * while the file uploads. That upload may have taken it off the
 	 * queue before a write queued it again, and then read the change
@@ -305,7 +298,7 @@ static int load_dirty(struct fs *fs)
 	ssize_t queued = meta_outbox_peek(fs->meta, 1, &id, &key);
 	free(queued > 0 ? key : NULL);
 	if (!rc && (n || queued > 0))
-		fs->settle_until_ms = fs_now_ms() + FS_SETTLE_MS;
+		fs->settle_until_ms = clock_now_ms() + FS_SETTLE_MS;
 	return rc;
 }
 
@@ -371,7 +364,7 @@ static void recover_dirty_files(struct fs *fs)
 /* See load_dirty(). */
 static void settle_wait(struct fs *fs)
 {
-	uint64_t now = fs_now_ms();
+	uint64_t now = clock_now_ms();
 	if (now < fs->settle_until_ms)
 		usleep((useconds_t)(fs->settle_until_ms - now) * 1000);
 }
@@ -1137,7 +1130,7 @@ static void *batch_worker(void *arg)
 		int rc = sync_inode(b->fs, b->inos[i], 0);
 		if (rc) {
 			/* its flags are still set in meta: requeue only */
-			dirty_add(b->fs, b->inos[i], fs_now_ms(), 0);
+			dirty_add(b->fs, b->inos[i], clock_now_ms(), 0);
 			pthread_mutex_lock(&b->lock);
 			if (!b->first)
 				b->first = rc;
@@ -1196,7 +1189,7 @@ static void flush_tick(struct fs *fs)
 	pthread_rwlock_unlock(&fs->s3_lock);
 	/* writes in passthrough become due like others */
 	pt_settle_all(fs);
-	uint64_t *inos = take_due(fs, fs_now_ms(), &n);
+	uint64_t *inos = take_due(fs, clock_now_ms(), &n);
 	sync_list(fs, inos, n);
 	free(inos);
 	/* clean, closed data beyond --cache-size or the free floor; not
@@ -2600,7 +2593,7 @@ static void pt_owe(struct fs *fs, uint64_t ino, int owe)
 	pthread_mutex_unlock(&fs->lock);
 	pthread_mutex_unlock(&fs->pt_lock);
 	if (owe && !later)
-		dirty_add(fs, ino, fs_now_ms(), 0);
+		dirty_add(fs, ino, clock_now_ms(), 0);
 }
 
 /* pt_settle() for every file open for writing in passthrough. */
@@ -3137,7 +3130,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	if (!rc)
 		rc = meta_commit(fs->meta);
 	if (rc)
-		dirty_add(fs, ino, fs_now_ms(), 0);
+		dirty_add(fs, ino, clock_now_ms(), 0);
 	fuse_reply_err(req, rc && rc != -EROFS ? EIO : -rc);
 }
 

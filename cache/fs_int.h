@@ -21,6 +21,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "../s3/clock.h"
 #include "fs.h"
 
 #define FS_UPLOAD_THREADS 8	    /* inodes uploaded at once */
@@ -204,7 +205,6 @@ struct handle {
 	int owed;   /* an upload could not vouch for it: see pt_owe() */
 };
 
-uint64_t fs_now_ms(void);
 struct timespec fs_now_real(void);
 void fs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

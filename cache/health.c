@@ -29,7 +29,7 @@
 void fs_health_note(struct fs *fs, int rc, const char *what)
 {
 	pthread_mutex_lock(&fs->health_lock);
-	uint64_t now = fs_now_ms();
+	uint64_t now = clock_now_ms();
 	if (rc == 0) {
 		fs->s3_ok_ms = now;
 		fs->s3_fail_since_ms = 0;
@@ -131,7 +131,7 @@ static void poll_capacity(struct fs *fs)
 /* Writes CACHE_DIR/health (see the top of this file). */
 static void write_health(struct fs *fs)
 {
-	uint64_t now = fs_now_ms(), oldest = now;
+	uint64_t now = clock_now_ms(), oldest = now;
 	size_t ndirty;
 	pthread_mutex_lock(&fs->lock);
 	ndirty = fs->ndirty;
@@ -180,7 +180,7 @@ void fs_health_tick(struct fs *fs)
 	if (!fs->cache_dir)
 		return;
 	poll_capacity(fs);
-	uint64_t now = fs_now_ms();
+	uint64_t now = clock_now_ms();
 	if (now < fs->next_health_ms)
 		return;
 	fs->next_health_ms = now + FS_HEALTH_INTERVAL_MS;

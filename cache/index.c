@@ -787,7 +787,7 @@ static int drop_unlisted(struct rec *r, uint64_t dir, const char *dir_path)
 static int run_pass(struct rec *r)
 {
 	struct fs *fs = r->fs;
-	uint64_t t0 = fs_now_ms();
+	uint64_t t0 = clock_now_ms();
 	if (!r->initial)
 		fs_touch_begin(fs);
 	int rc = listing_load(fs, &r->l, !r->initial);
@@ -817,8 +817,8 @@ static int run_pass(struct rec *r)
 	if (rc != -ECANCELED)
 		fs_log("reconciled with %zu objects in %llu ms: %u added, %u "
 		       "updated, %u removed, %u busy (next time)",
-		       r->l.n, (unsigned long long)(fs_now_ms() - t0), r->added,
-		       r->updated, r->removed, r->busy);
+		       r->l.n, (unsigned long long)(clock_now_ms() - t0),
+		       r->added, r->updated, r->removed, r->busy);
 	listing_free(&r->l);
 	free(r->dirs);
 	free(r->notes);
@@ -862,7 +862,7 @@ int fs_snapshot(struct fs *fs)
 	uint64_t changes = meta_changes(fs->meta);
 	if (fs->snap_known && changes == fs->snap_changes)
 		return 0;
-	uint64_t t0 = fs_now_ms();
+	uint64_t t0 = clock_now_ms();
 	snprintf(tmp, sizeof(tmp), "%s/index.db.tmp", fs->cache_dir);
 	int rc = meta_snapshot(fs->meta, tmp);
 	int fd = rc ? -1 : open(tmp, O_RDONLY | O_CLOEXEC);
@@ -887,7 +887,7 @@ int fs_snapshot(struct fs *fs)
 		fs->snap_known = 1;
 		fs_log("index snapshot: %lld bytes in %llu ms",
 		       (long long)st.st_size,
-		       (unsigned long long)(fs_now_ms() - t0));
+		       (unsigned long long)(clock_now_ms() - t0));
 	}
 	free(key);
 	return rc;
@@ -1091,7 +1091,7 @@ out:
 static void *bg_main(void *arg)
 {
 	struct fs *fs = arg;
-	uint64_t now = fs_now_ms();
+	uint64_t now = clock_now_ms();
 	uint64_t snap_every = fs->cfg.snapshot_interval_ms;
 	uint64_t rec_every = fs->cfg.reconcile_interval_ms;
 	uint64_t next_snap = snap_every ? now + snap_every : UINT64_MAX;
@@ -1102,7 +1102,7 @@ static void *bg_main(void *arg)
 				      : UINT64_MAX;
 	pthread_mutex_lock(&fs->lock);
 	while (!fs->stop) {
-		now = fs_now_ms();
+		now = clock_now_ms();
 		if (fs->reconcile_soon)
 			next_rec = now;
 		uint64_t due = snap_check < next_rec ? snap_check : next_rec;
@@ -1137,19 +1137,19 @@ static void *bg_main(void *arg)
 			renew_lease(fs);
 			if (!__atomic_load_n(&fs->fenced, __ATOMIC_RELAXED))
 				answer_flush_request(fs);
-			next_lease = fs_now_ms() + fs->cfg.lease_interval_ms;
+			next_lease = clock_now_ms() + fs->cfg.lease_interval_ms;
 		} else if (rec) {
 			int rc = fs_reconcile(fs);
 			if (rc && rc != -ECANCELED)
 				fs_log("reconciliation failed; will retry");
-			next_rec = rec_every ? fs_now_ms() + rec_every
+			next_rec = rec_every ? clock_now_ms() + rec_every
 					     : UINT64_MAX;
 		} else if (ndirty == 0 ||
 			   now - next_snap >= 3 * (uint64_t)snap_every) {
 			/* a quiet moment gives the best snapshot; a busy
 			 * volume gets one anyway three intervals late */
 			fs_snapshot(fs);
-			next_snap = fs_now_ms() + snap_every;
+			next_snap = clock_now_ms() + snap_every;
 			snap_check = next_snap;
 		} else {
 			/* look again in a second, still counting from

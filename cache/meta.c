@@ -123,6 +123,7 @@
  */
 #include "meta.h"
 #include "walbuf.h"
+#include "../s3/clock.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -1150,12 +1151,6 @@ static int db_kv_put(struct meta *m, const char *key, uint64_t value)
 
 /* ---- the ballast (see "A full disk") ---------------------------------- */
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts = now_monotonic();
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Allocates the ballast's bytes; 0, or -errno with the file left empty. */
 static int ballast_fill(struct meta *m)
 {
@@ -1186,7 +1181,7 @@ static void ballast_open(struct meta *m)
 	m->ballast_size =
 		(disk / 16 < META_BALLAST ? disk / 16 : META_BALLAST) &
 		~(uint64_t)4095;
-	m->ballast_at_ms = now_ms();
+	m->ballast_at_ms = clock_now_ms();
 	m->ballast_given = 0;
 	if ((uint64_t)st.st_blocks * 512 >= m->ballast_size)
 		return; /* held since an earlier open */
@@ -1206,7 +1201,7 @@ static int ballast_give(void *ctx)
 	    ftruncate(m->ballast_fd, 0) != 0)
 		return 0;
 	m->ballast_given = 1;
-	m->ballast_at_ms = now_ms();
+	m->ballast_at_ms = clock_now_ms();
 	meta_log("%s: no room left on the cache disk: the %" PRIu64
 		 " KiB of ballast kept for the store are given up to it",
 		 m->path, m->ballast_size >> 10);
@@ -1218,7 +1213,7 @@ static int ballast_give(void *ctx)
 static void ballast_retake(struct meta *m)
 {
 	struct statvfs sv;
-	uint64_t now = now_ms();
+	uint64_t now = clock_now_ms();
 	if (!m->ballast_given || m->ballast_fd < 0 ||
 	    now - m->ballast_at_ms < META_BALLAST_RETRY_MS)
 		return;

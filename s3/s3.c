@@ -39,6 +39,7 @@
 #include <openssl/sha.h>
 
 #include "buf.h"
+#include "clock.h"
 #include "retry.h"
 #include "sigv4.h"
 #include "uri.h"
@@ -862,13 +863,6 @@ static int build_path(const s3_client *c, const struct req *r, struct buf *out,
 	return rc;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* A TLS handshake failure is worth retrying only when the network broke
  * it (a reset, an early EOF); a protocol mismatch such as https:// to a
  * plain-http port fails the same way every time. */
@@ -1134,7 +1128,7 @@ static uint64_t random_u64(void)
 {
 	uint64_t v = 0;
 	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != sizeof(v))
-		v = (uint64_t)now_ms() * 6364136223846793005ull +
+		v = (uint64_t)clock_now_ms() * 6364136223846793005ull +
 		    (uint64_t)pthread_self();
 	return v;
 }
@@ -1257,7 +1251,7 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 	char errbuf[CURL_ERROR_SIZE];
 	char *owned_body = NULL;
 	int given_fd = r->body_fd;
-	uint64_t start = now_ms();
+	uint64_t start = clock_now_ms();
 	int rc;
 
 	if (r->key &&
@@ -1297,7 +1291,7 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 		goto done;
 
 	for (unsigned attempt = 1;; attempt++) {
-		uint64_t elapsed = now_ms() - start;
+		uint64_t elapsed = clock_now_ms() - start;
 		uint64_t remaining = elapsed < c->cfg.deadline_ms
 					     ? c->cfg.deadline_ms - elapsed
 					     : 0;
@@ -1372,7 +1366,7 @@ static int req_run(s3_client *c, struct req *r, struct s3_error *err_out)
 		unsigned wait =
 			retry_backoff_ms(attempt, c->cfg.backoff_base_ms,
 					 c->cfg.backoff_max_ms, random_u64());
-		elapsed = now_ms() - start;
+		elapsed = clock_now_ms() - start;
 		if (attempt >= c->cfg.max_attempts ||
 		    elapsed + wait >= c->cfg.deadline_ms) {
 			rc = t == RETRY_T_NONE ? -EIO : -ETIMEDOUT;
