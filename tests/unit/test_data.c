@@ -35,6 +35,7 @@
 #include <linux/magic.h>
 
 #include "../../cache/data.h"
+#include "small_disk.h"
 
 #define MAX_CALLS 1024
 #define RA_MIN (16u << 10)
@@ -167,11 +168,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct env *e = *state;
-	char small[128];
 	data_close(e->d);
-	/* a failed test's tmpfs (reopen_on_tmpfs()) */
-	snprintf(small, sizeof(small), "%s/small", e->dir);
-	(void)umount2(small, MNT_DETACH);
+	small_disk_drop(e->dir);
 	nftw(e->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	sem_destroy(&e->fk.started);
 	sem_destroy(&e->fk.gate);
@@ -2777,11 +2775,9 @@ static void test_a_held_up_open_holds_up_only_its_own_number(void **state)
 static int reopen_on_tmpfs(struct env *e, char *dir, size_t dirlen,
 			   unsigned mib)
 {
-	char opts[32];
-	snprintf(dir, dirlen, "%s/small", e->dir);
-	snprintf(opts, sizeof(opts), "size=%um", mib);
-	assert_int_equal(mkdir(dir, 0700), 0);
-	if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0)
+	char size[16];
+	snprintf(size, sizeof(size), "%um", mib);
+	if (small_disk_mount(e->dir, size, dir, dirlen))
 		return -1;
 	data_close(e->d);
 	e->cfg.dir = dir;

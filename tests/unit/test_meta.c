@@ -32,6 +32,7 @@
 #include <sqlite3.h>
 
 #include "../../cache/meta.h"
+#include "small_disk.h"
 
 #define ROOT META_ROOT_INO
 #define SLOW_INTERVAL_MS 600000 /* the timer never fires in a test */
@@ -94,9 +95,9 @@ static int teardown(void **state)
 	if (f->slow)
 		slow_vfs_remove(f);
 	remove_db(f->path);
+	small_disk_drop(f->dir);
 	char small[96];
 	snprintf(small, sizeof(small), "%s/small", f->dir);
-	(void)umount2(small, MNT_DETACH); /* a failed test's tmpfs */
 	rmdir(small);
 	rmdir(f->dir);
 	free(f);
@@ -3323,9 +3324,7 @@ static void test_a_full_disk_gives_the_store_its_ballast(void **state)
 {
 	struct fixture *f = *state;
 	char dir[80], fill[128], ballast[128];
-	snprintf(dir, sizeof(dir), "%s/small", f->dir);
-	assert_int_equal(mkdir(dir, 0700), 0);
-	if (mount("tmpfs", dir, "tmpfs", 0, "size=4m") != 0)
+	if (small_disk_mount(f->dir, "4m", dir, sizeof(dir)))
 		skip(); /* not root */
 	meta_close(f->m);
 	remove_db(f->path);
@@ -3334,13 +3333,7 @@ static void test_a_full_disk_gives_the_store_its_ballast(void **state)
 	snprintf(fill, sizeof(fill), "%s/fill", dir);
 	f->m = open_store(f, 0);
 	assert_int_equal(allocated(ballast), 256 << 10); /* a sixteenth */
-	static char chunk[16 << 10];
-	int fd = open(fill, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	while (write(fd, chunk, sizeof(chunk)) > 0)
-		;
-	assert_int_equal(errno, ENOSPC);
-	close(fd);
+	small_disk_fill(fill);
 	char name[16];
 	for (int i = 0; i < 8; i++) {
 		snprintf(name, sizeof(name), "f%d", i);

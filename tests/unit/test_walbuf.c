@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "../../cache/walbuf.h"
+#include "small_disk.h"
 
 struct fixture {
 	char dir[64];
@@ -43,8 +44,7 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 	walbuf_free(f->wb);
 	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "%s/small", f->dir);
-	(void)umount2(cmd, MNT_DETACH); /* a failed test's tmpfs */
+	small_disk_drop(f->dir);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
 	assert_int_equal(system(cmd), 0);
 	free(f);
@@ -229,18 +229,6 @@ static int give_ballast(void *ctx)
 	return truncate(h->ballast, 0) == 0;
 }
 
-/* Writes to path until the disk is full. */
-static void fill_disk(const char *path)
-{
-	static char chunk[16 << 10];
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	while (write(fd, chunk, sizeof(chunk)) > 0)
-		;
-	assert_int_equal(errno, ENOSPC);
-	close(fd);
-}
-
 /* On a full disk (a 1 MiB tmpfs), a commit whose WAL has to grow asks
  * the hook for room and lands once it freed some; with none to free, it
  * fails as SQLite's own write would, and what was committed stays. */
@@ -248,9 +236,7 @@ static void test_a_full_disk_asks_the_hook_for_room(void **state)
 {
 	struct fixture *f = *state;
 	char dir[96], path[128], fill[128];
-	snprintf(dir, sizeof(dir), "%s/small", f->dir);
-	assert_int_equal(mkdir(dir, 0700), 0);
-	if (mount("tmpfs", dir, "tmpfs", 0, "size=1m") != 0)
+	if (small_disk_mount(f->dir, "1m", dir, sizeof(dir)))
 		skip(); /* not root */
 	struct full_hook h = {.give = 1};
 	snprintf(h.ballast, sizeof(h.ballast), "%s/ballast", dir);
@@ -263,7 +249,7 @@ static void test_a_full_disk_asks_the_hook_for_room(void **state)
 	walbuf_on_full(f->wb, give_ballast, &h);
 	sqlite3 *db = open_db(path, walbuf_name(f->wb));
 	exec(db, "CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)");
-	fill_disk(fill);
+	small_disk_fill(fill);
 	exec(db, "INSERT INTO t (v) VALUES (randomblob(100000))");
 	assert_int_equal(h.calls, 1);
 	struct stat st;
